@@ -1,0 +1,250 @@
+//! The operator commands behind `tally admin …`. Each parses its input into
+//! domain types, acts, and returns a value that prints as one JSON object.
+
+use crate::accounts::{self, CreateAccountError, NewAccount};
+use crate::auth::password::PasswordHasher;
+use crate::domain::{now_micros, Amount, Email, Money, Password, Phone, Username};
+use crate::ledger;
+use crate::oauth::clients::{self, AppDetails};
+use crate::store::{Store, StoreError, User, UserFlags, UserKey};
+use secrecy::ExposeSecret;
+use serde::Serialize;
+
+#[derive(Debug, thiserror::Error)]
+pub enum AdminError {
+    /// The input is unusable; the message says which part and why.
+    #[error("{0}")]
+    Invalid(String),
+    #[error("no such user: {0}")]
+    UnknownUser(String),
+    #[error("no such app: {0}")]
+    UnknownApp(String),
+    #[error("{0}")]
+    Conflict(String),
+    #[error("the database is unavailable: {0}")]
+    Unavailable(String),
+    #[error(transparent)]
+    Unexpected(#[from] anyhow::Error),
+}
+
+impl AdminError {
+    /// A stable code for `--json` output.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::Invalid(_) => "invalid_request",
+            Self::UnknownUser(_) | Self::UnknownApp(_) => "not_found",
+            Self::Conflict(_) => "conflict",
+            Self::Unavailable(_) => "unavailable",
+            Self::Unexpected(_) => "internal_error",
+        }
+    }
+}
+
+impl From<StoreError> for AdminError {
+    fn from(error: StoreError) -> Self {
+        match error {
+            StoreError::Conflict(field) => Self::Conflict(format!("{field} is already taken")),
+            StoreError::NotFound(what) => Self::Invalid(format!("no such {what}")),
+            StoreError::Unavailable(e) => Self::Unavailable(e.to_string()),
+            StoreError::Unexpected(e) => Self::Unexpected(e),
+        }
+    }
+}
+
+fn invalid(error: impl std::fmt::Display) -> AdminError {
+    AdminError::Invalid(error.to_string())
+}
+
+/// The input of `admin user add`, as given on the command line.
+#[derive(Debug, Default, Clone)]
+pub struct UserAdd {
+    pub username: String,
+    pub password: String,
+    pub first_name: Option<String>,
+    pub last_name: Option<String>,
+    pub email: Option<String>,
+    pub phone: Option<String>,
+    pub about: Option<String>,
+    pub verified: bool,
+}
+
+#[derive(Debug, Serialize)]
+pub struct UserCreated {
+    pub id: String,
+    pub username: String,
+}
+
+pub async fn user_add(
+    store: &dyn Store,
+    hasher: &PasswordHasher,
+    input: UserAdd,
+) -> Result<UserCreated, AdminError> {
+    let account = NewAccount {
+        username: Username::parse(&input.username).map_err(invalid)?,
+        password: Password::parse(&input.password).map_err(invalid)?,
+        first_name: accounts::profile_text("first name", input.first_name.as_deref(), 50)
+            .map_err(invalid)?,
+        last_name: accounts::profile_text("last name", input.last_name.as_deref(), 50)
+            .map_err(invalid)?,
+        email: input
+            .email
+            .as_deref()
+            .map(Email::parse)
+            .transpose()
+            .map_err(invalid)?,
+        phone: input
+            .phone
+            .as_deref()
+            .map(Phone::parse)
+            .transpose()
+            .map_err(invalid)?,
+        about: accounts::profile_text("about", input.about.as_deref(), 500).map_err(invalid)?,
+        verified: input.verified,
+    };
+    let user = accounts::create(store, hasher, account)
+        .await
+        .map_err(|e| match e {
+            CreateAccountError::Taken(field) => {
+                AdminError::Conflict(format!("{field} is already taken"))
+            }
+            CreateAccountError::Store(e) => e.into(),
+            CreateAccountError::Unexpected(e) => AdminError::Unexpected(e),
+        })?;
+    Ok(UserCreated {
+        id: user.id,
+        username: user.username,
+    })
+}
+
+#[derive(Debug, Serialize)]
+pub struct UserStatus {
+    pub id: String,
+    pub username: String,
+    pub verified: bool,
+    pub suspended: bool,
+}
+
+pub async fn find_user(store: &dyn Store, username: &str) -> Result<User, AdminError> {
+    store
+        .find_user(UserKey::Username(username.trim()))
+        .await?
+        .ok_or_else(|| AdminError::UnknownUser(username.to_owned()))
+}
+
+pub async fn user_flags(
+    store: &dyn Store,
+    username: &str,
+    flags: UserFlags,
+) -> Result<UserStatus, AdminError> {
+    let user = find_user(store, username).await?;
+    let user = store
+        .update_user_flags(&user.id, flags)
+        .await?
+        .ok_or_else(|| AdminError::UnknownUser(username.to_owned()))?;
+    Ok(UserStatus {
+        id: user.id,
+        username: user.username,
+        verified: user.verified,
+        suspended: user.suspended,
+    })
+}
+
+/// The input of `admin app add`.
+#[derive(Debug, Default, Clone)]
+pub struct AppAdd {
+    pub owner: String,
+    pub name: String,
+    pub redirect_url: String,
+    pub description: Option<String>,
+    pub site_url: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct AppCreated {
+    pub client_id: String,
+    pub client_secret: String,
+}
+
+pub async fn app_add(store: &dyn Store, input: AppAdd) -> Result<AppCreated, AdminError> {
+    let details = AppDetails::parse(
+        &input.name,
+        input.description.as_deref(),
+        &input.redirect_url,
+        input.site_url.as_deref(),
+    )
+    .map_err(invalid)?;
+    let owner = find_user(store, &input.owner).await?;
+    let (app, secret) = clients::register(store, &owner.id, &details).await?;
+    Ok(AppCreated {
+        client_id: app.client_id,
+        client_secret: secret.secret.expose_secret().to_owned(),
+    })
+}
+
+#[derive(Debug, Serialize)]
+pub struct AppStatus {
+    pub client_id: String,
+    pub suspended: bool,
+}
+
+pub async fn app_suspend(
+    store: &dyn Store,
+    client_id: &str,
+    suspended: bool,
+) -> Result<AppStatus, AdminError> {
+    let app = store
+        .set_app_suspended(client_id.trim(), suspended)
+        .await?
+        .ok_or_else(|| AdminError::UnknownApp(client_id.to_owned()))?;
+    Ok(AppStatus {
+        client_id: app.client_id,
+        suspended: app.suspended,
+    })
+}
+
+#[derive(Debug, Serialize)]
+pub struct Deposited {
+    pub username: String,
+    pub balance: Money,
+}
+
+/// Largest single deposit an operator may record.
+pub const MAX_DEPOSIT: Money = Money::from_cents(100_000_000);
+
+pub async fn deposit(
+    store: &dyn Store,
+    username: &str,
+    amount: &str,
+) -> Result<Deposited, AdminError> {
+    let amount = Amount::parse_positive(amount).map_err(invalid)?;
+    if amount.money() > MAX_DEPOSIT {
+        return Err(AdminError::Invalid(format!(
+            "amount must be at most {MAX_DEPOSIT}"
+        )));
+    }
+    let user = find_user(store, username).await?;
+    let balance = ledger::deposit(store, &user.id, amount).await?;
+    Ok(Deposited {
+        username: user.username,
+        balance,
+    })
+}
+
+#[derive(Debug, Serialize)]
+pub struct Done {
+    pub ok: bool,
+}
+
+pub async fn friend_add(store: &dyn Store, a: &str, b: &str) -> Result<Done, AdminError> {
+    let first = find_user(store, a).await?;
+    let second = find_user(store, b).await?;
+    if first.id == second.id {
+        return Err(AdminError::Invalid(
+            "a user cannot be their own friend".to_owned(),
+        ));
+    }
+    store
+        .add_friendship(&first.id, &second.id, now_micros())
+        .await?;
+    Ok(Done { ok: true })
+}

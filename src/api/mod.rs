@@ -1,0 +1,7 @@
+//! The REST surface: the JSON envelope, the error type that renders
+//! `{"error":{"message","code"}}`, and the handlers by resource.
+
+pub mod error;
+pub mod health;
+
+pub use error::ApiError;

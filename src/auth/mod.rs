@@ -1,0 +1,3 @@
+//! The resource-server side of authentication, and passwords.
+
+pub mod password;

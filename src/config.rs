@@ -1,0 +1,284 @@
+//! Typed settings read from the environment. Nothing reads the environment after
+//! start-up: `Settings` is built once and passed down, and tests build their own.
+
+use secrecy::SecretString;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+use url::Url;
+
+/// Which database a deployment runs on, with the URL as given.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DatabaseUrl {
+    Sqlite(String),
+    Postgres(String),
+}
+
+impl DatabaseUrl {
+    pub fn parse(input: &str) -> Result<Self, String> {
+        let url = input.trim();
+        if url.starts_with("sqlite:") {
+            Ok(Self::Sqlite(url.to_owned()))
+        } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            Url::parse(url).map_err(|e| format!("not a valid PostgreSQL URL ({e})"))?;
+            Ok(Self::Postgres(url.to_owned()))
+        } else {
+            Err("must start with sqlite:// or postgres://".to_owned())
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeveloperSignup {
+    Open,
+    Closed,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Clone)]
+pub struct TlsFiles {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub database_url: DatabaseUrl,
+    pub listen: SocketAddr,
+    /// The origin clients see; `None` means `http(s)://` + the bound address.
+    pub public_url: Option<Url>,
+    pub tls: Option<TlsFiles>,
+    /// When unset, a key is generated and kept in the database on first start.
+    pub secret_key: Option<SecretString>,
+    pub settlement_delay: Duration,
+    pub unclaimed_expiry: Duration,
+    pub developer_signup: DeveloperSignup,
+    pub log_filter: String,
+    pub log_format: LogFormat,
+}
+
+/// A setting whose value cannot be used. Displays as one line naming it.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("invalid setting {setting}: {problem}")]
+pub struct ConfigError {
+    pub setting: &'static str,
+    pub problem: String,
+}
+
+impl Settings {
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_lookup(|name| std::env::var(name).ok())
+    }
+
+    /// Builds settings from any source of `TALLY_*` variables.
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let get = |name: &str| lookup(name).filter(|v| !v.trim().is_empty());
+        let bad = |setting: &'static str, problem: String| ConfigError { setting, problem };
+
+        let database_url = DatabaseUrl::parse(
+            &get("TALLY_DATABASE_URL").unwrap_or_else(|| "sqlite://tally.db".to_owned()),
+        )
+        .map_err(|p| bad("TALLY_DATABASE_URL", p))?;
+
+        let listen_text = get("TALLY_LISTEN").unwrap_or_else(|| "127.0.0.1:8080".to_owned());
+        let listen: SocketAddr = listen_text.trim().parse().map_err(|_| {
+            bad(
+                "TALLY_LISTEN",
+                format!("'{listen_text}' is not an address such as 127.0.0.1:8080"),
+            )
+        })?;
+
+        let tls = match (get("TALLY_TLS_CERT"), get("TALLY_TLS_KEY")) {
+            (None, None) => None,
+            (Some(cert), Some(key)) => Some(TlsFiles {
+                cert: existing_file("TALLY_TLS_CERT", &cert)?,
+                key: existing_file("TALLY_TLS_KEY", &key)?,
+            }),
+            (Some(_), None) => {
+                return Err(bad(
+                    "TALLY_TLS_KEY",
+                    "must be set with TALLY_TLS_CERT".into(),
+                ))
+            }
+            (None, Some(_)) => {
+                return Err(bad(
+                    "TALLY_TLS_CERT",
+                    "must be set with TALLY_TLS_KEY".into(),
+                ))
+            }
+        };
+
+        let public_url = get("TALLY_PUBLIC_URL")
+            .map(|text| parse_public_url(&text).map_err(|p| bad("TALLY_PUBLIC_URL", p)))
+            .transpose()?;
+
+        let secret_key = match get("TALLY_SECRET_KEY") {
+            Some(key) if key.len() < 32 => {
+                return Err(bad(
+                    "TALLY_SECRET_KEY",
+                    "must be at least 32 characters long".into(),
+                ))
+            }
+            Some(key) => Some(SecretString::from(key)),
+            None => None,
+        };
+
+        let settlement_delay = duration(&get, "TALLY_SETTLEMENT_DELAY", "0s")?;
+        let unclaimed_expiry = duration(&get, "TALLY_UNCLAIMED_EXPIRY", "30d")?;
+        if unclaimed_expiry.is_zero() {
+            return Err(bad(
+                "TALLY_UNCLAIMED_EXPIRY",
+                "must be longer than 0s".into(),
+            ));
+        }
+
+        let developer_signup = match get("TALLY_DEVELOPER_SIGNUP")
+            .unwrap_or_else(|| "open".to_owned())
+            .trim()
+            .to_ascii_lowercase()
+            .as_str()
+        {
+            "open" => DeveloperSignup::Open,
+            "closed" => DeveloperSignup::Closed,
+            other => {
+                return Err(bad(
+                    "TALLY_DEVELOPER_SIGNUP",
+                    format!("'{other}' is neither 'open' nor 'closed'"),
+                ))
+            }
+        };
+
+        let log_filter = get("TALLY_LOG").unwrap_or_else(|| "info".to_owned());
+        tracing_subscriber::EnvFilter::try_new(&log_filter).map_err(|e| {
+            bad(
+                "TALLY_LOG",
+                format!("'{log_filter}' is not a log filter ({e})"),
+            )
+        })?;
+        let log_format = match get("TALLY_LOG_FORMAT").as_deref().map(str::trim) {
+            None | Some("text") => LogFormat::Text,
+            Some("json") => LogFormat::Json,
+            Some(other) => {
+                return Err(bad(
+                    "TALLY_LOG_FORMAT",
+                    format!("'{other}' is neither 'text' nor 'json'"),
+                ))
+            }
+        };
+
+        Ok(Self {
+            database_url,
+            listen,
+            public_url,
+            tls,
+            secret_key,
+            settlement_delay,
+            unclaimed_expiry,
+            developer_signup,
+            log_filter,
+            log_format,
+        })
+    }
+
+    /// The origin clients see, without a trailing slash, for a server bound to
+    /// `bound` (which differs from `listen` when the port is 0).
+    pub fn public_origin(&self, bound: SocketAddr) -> String {
+        match &self.public_url {
+            Some(url) => url.as_str().trim_end_matches('/').to_owned(),
+            None => {
+                let scheme = if self.tls.is_some() { "https" } else { "http" };
+                format!("{scheme}://{bound}")
+            }
+        }
+    }
+}
+
+fn parse_public_url(text: &str) -> Result<Url, String> {
+    let url = Url::parse(text.trim()).map_err(|e| format!("'{text}' is not a URL ({e})"))?;
+    if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
+        return Err(format!("'{text}' must be an http:// or https:// URL"));
+    }
+    if url.query().is_some() || url.fragment().is_some() || url.path() != "/" {
+        return Err(format!("'{text}' must be an origin, without path or query"));
+    }
+    Ok(url)
+}
+
+fn existing_file(setting: &'static str, path: &str) -> Result<PathBuf, ConfigError> {
+    let path = PathBuf::from(path.trim());
+    if path.is_file() {
+        Ok(path)
+    } else {
+        Err(ConfigError {
+            setting,
+            problem: format!("'{}' is not a readable file", path.display()),
+        })
+    }
+}
+
+fn duration(
+    get: &impl Fn(&str) -> Option<String>,
+    setting: &'static str,
+    default: &str,
+) -> Result<Duration, ConfigError> {
+    let text = get(setting).unwrap_or_else(|| default.to_owned());
+    humantime::parse_duration(text.trim()).map_err(|e| ConfigError {
+        setting,
+        problem: format!("'{text}' is not a duration such as 30s, 5m or 30d ({e})"),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn settings(pairs: &[(&str, &str)]) -> Result<Settings, ConfigError> {
+        let map: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        Settings::from_lookup(|name| map.get(name).cloned())
+    }
+
+    #[test]
+    fn defaults_match_the_contract() -> Result<(), ConfigError> {
+        let s = settings(&[])?;
+        assert_eq!(
+            s.database_url,
+            DatabaseUrl::Sqlite("sqlite://tally.db".into())
+        );
+        assert_eq!(s.listen.to_string(), "127.0.0.1:8080");
+        assert_eq!(s.public_origin(s.listen), "http://127.0.0.1:8080");
+        assert_eq!(s.settlement_delay, Duration::ZERO);
+        assert_eq!(s.unclaimed_expiry, Duration::from_secs(30 * 86_400));
+        assert_eq!(s.developer_signup, DeveloperSignup::Open);
+        Ok(())
+    }
+
+    #[test]
+    fn each_bad_value_names_its_setting() {
+        for (name, value) in [
+            ("TALLY_DATABASE_URL", "mysql://x"),
+            ("TALLY_LISTEN", "localhost"),
+            ("TALLY_PUBLIC_URL", "ftp://x"),
+            ("TALLY_PUBLIC_URL", "https://x.org/base"),
+            ("TALLY_SECRET_KEY", "short"),
+            ("TALLY_SETTLEMENT_DELAY", "soon"),
+            ("TALLY_UNCLAIMED_EXPIRY", "-1d"),
+            ("TALLY_DEVELOPER_SIGNUP", "maybe"),
+            ("TALLY_LOG_FORMAT", "xml"),
+            ("TALLY_TLS_CERT", "/nonexistent.pem"),
+        ] {
+            let err = settings(&[(name, value)]).err();
+            let line = err.map(|e| e.to_string()).unwrap_or_default();
+            assert!(line.contains(name), "{name}={value}: {line}");
+            assert!(!line.contains('\n'));
+        }
+    }
+}

@@ -1,0 +1,145 @@
+//! `tally demo`: demo users, friendships, balances and one app, created once.
+
+use crate::accounts::{self, CreateAccountError, NewAccount};
+use crate::auth::password::PasswordHasher;
+use crate::domain::{now_micros, Amount, Email, Password, Phone, Username};
+use crate::ledger;
+use crate::oauth::credentials;
+use crate::store::{NewApp, Store, UserKey};
+use secrecy::{ExposeSecret, SecretString};
+use sha2::{Digest, Sha256};
+
+pub const DEMO_PASSWORD: &str = "tally-demo-password";
+pub const DEMO_CLIENT_ID: &str = "tally-demo-app";
+
+struct DemoUser {
+    username: &'static str,
+    first_name: &'static str,
+    last_name: &'static str,
+    email: &'static str,
+    phone: &'static str,
+    deposit: &'static str,
+}
+
+const USERS: [DemoUser; 3] = [
+    DemoUser {
+        username: "alice",
+        first_name: "Alice",
+        last_name: "Archer",
+        email: "alice@example.com",
+        phone: "+12125550101",
+        deposit: "500.00",
+    },
+    DemoUser {
+        username: "bob",
+        first_name: "Bob",
+        last_name: "Baker",
+        email: "bob@example.com",
+        phone: "+12125550102",
+        deposit: "250.00",
+    },
+    DemoUser {
+        username: "carol",
+        first_name: "Carol",
+        last_name: "Carter",
+        email: "carol@example.com",
+        phone: "+12125550103",
+        deposit: "100.00",
+    },
+];
+
+/// What `tally demo` prints.
+pub struct DemoCredentials {
+    pub usernames: Vec<&'static str>,
+    pub password: &'static str,
+    pub client_id: &'static str,
+    pub client_secret: SecretString,
+    pub redirect_url: String,
+}
+
+/// Creates whatever demo data is missing; running it again changes nothing.
+/// The app secret is derived from the server's secret key so that it can be
+/// printed on every start while only its digest is stored.
+pub async fn seed(
+    store: &dyn Store,
+    hasher: &PasswordHasher,
+    secret_key: &SecretString,
+    public_origin: &str,
+) -> anyhow::Result<DemoCredentials> {
+    let mut ids = Vec::new();
+    for demo in &USERS {
+        let existing = store.find_user(UserKey::Username(demo.username)).await?;
+        let user = match existing {
+            Some(user) => user,
+            None => {
+                let created = accounts::create(
+                    store,
+                    hasher,
+                    NewAccount {
+                        username: Username::parse(demo.username)?,
+                        password: Password::parse(DEMO_PASSWORD)?,
+                        first_name: demo.first_name.to_owned(),
+                        last_name: demo.last_name.to_owned(),
+                        email: Some(Email::parse(demo.email)?),
+                        phone: Some(Phone::parse(demo.phone)?),
+                        about: format!("{} is a demo user.", demo.first_name),
+                        verified: true,
+                    },
+                )
+                .await;
+                match created {
+                    Ok(user) => {
+                        ledger::deposit(store, &user.id, Amount::parse_positive(demo.deposit)?)
+                            .await?;
+                        user
+                    }
+                    // Another process seeded it meanwhile.
+                    Err(CreateAccountError::Taken(_)) => store
+                        .find_user(UserKey::Username(demo.username))
+                        .await?
+                        .ok_or_else(|| anyhow::anyhow!("demo user vanished"))?,
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        };
+        ids.push(user.id);
+    }
+    if let [alice, bob, carol] = ids.as_slice() {
+        store.add_friendship(alice, bob, now_micros()).await?;
+        store.add_friendship(alice, carol, now_micros()).await?;
+    }
+
+    let derived = Sha256::digest(format!("{}:demo-app-secret", secret_key.expose_secret()));
+    let secret = credentials::from_secret(format!("tly_secret_{}", hex::encode(derived)));
+    let redirect_url = format!("{public_origin}/demo/callback");
+    match store.find_app(DEMO_CLIENT_ID).await? {
+        Some(app) if app.secret_digest == secret.digest => {}
+        Some(_) => {
+            store
+                .set_app_secret_digest(DEMO_CLIENT_ID, &secret.digest)
+                .await?
+        }
+        None => {
+            let owner = ids.first().cloned().unwrap_or_default();
+            store
+                .insert_app(&NewApp {
+                    client_id: DEMO_CLIENT_ID.to_owned(),
+                    secret_digest: secret.digest.clone(),
+                    name: "Tally Demo App".to_owned(),
+                    description: "An app to try Tally's OAuth flows with.".to_owned(),
+                    redirect_url: Some(redirect_url.clone()),
+                    site_url: Some(public_origin.to_owned()),
+                    owner_id: owner,
+                    created_at: now_micros(),
+                })
+                .await?;
+        }
+    }
+    Ok(DemoCredentials {
+        usernames: USERS.iter().map(|u| u.username).collect(),
+        password: DEMO_PASSWORD,
+        client_id: DEMO_CLIENT_ID,
+        client_secret: secret.secret,
+        redirect_url,
+    })
+}

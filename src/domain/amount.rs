@@ -1,0 +1,171 @@
+use rust_decimal::Decimal;
+use serde::{Serialize, Serializer};
+use std::fmt;
+use std::str::FromStr;
+
+/// A sum of money in integer cents. Signed, because balances of the ledger's
+/// outside accounts and the charge amounts of the API are negative.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct Money(i64);
+
+impl Money {
+    pub const fn from_cents(cents: i64) -> Self {
+        Self(cents)
+    }
+
+    pub const fn cents(self) -> i64 {
+        self.0
+    }
+}
+
+impl fmt::Display for Money {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let sign = if self.0 < 0 { "-" } else { "" };
+        let abs = self.0.unsigned_abs();
+        write!(f, "{sign}{}.{:02}", abs / 100, abs % 100)
+    }
+}
+
+/// Written as a JSON number with two decimals (`12.50`), never a string and never
+/// through a float.
+impl Serialize for Money {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let raw = serde_json::value::RawValue::from_string(self.to_string())
+            .map_err(serde::ser::Error::custom)?;
+        raw.serialize(serializer)
+    }
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum AmountError {
+    #[error("amount must be a decimal number of dollars, such as 12.50")]
+    NotANumber,
+    #[error("amount may have at most 2 decimal places")]
+    TooPrecise,
+    #[error("amount must not be zero")]
+    Zero,
+    #[error("amount must be positive")]
+    Negative,
+    #[error("amount must be at most {0}")]
+    TooLarge(Money),
+}
+
+/// A nonzero amount of decimal dollars with at most two fractional digits, as
+/// given by a client; kept as signed cents (a negative amount is a charge).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Amount(Money);
+
+impl Amount {
+    /// Largest absolute value any single amount may have; keeps every sum far
+    /// from `i64` overflow.
+    pub const MAX_ABS: Money = Money::from_cents(10_000_000_000);
+
+    pub fn parse(input: &str) -> Result<Self, AmountError> {
+        let trimmed = input.trim();
+        // Only plain decimal notation: no exponents, no thousands separators.
+        let plain = !trimmed.is_empty()
+            && trimmed
+                .trim_start_matches(['-', '+'])
+                .chars()
+                .all(|c| c.is_ascii_digit() || c == '.');
+        if !plain {
+            return Err(AmountError::NotANumber);
+        }
+        let value = Decimal::from_str(trimmed).map_err(|_| AmountError::NotANumber)?;
+        let value = value.normalize();
+        if value.scale() > 2 {
+            return Err(AmountError::TooPrecise);
+        }
+        if value.is_zero() {
+            return Err(AmountError::Zero);
+        }
+        let cents = scaled_cents(value).ok_or(AmountError::TooLarge(Self::MAX_ABS))?;
+        if cents.unsigned_abs() > Self::MAX_ABS.cents().unsigned_abs() {
+            return Err(AmountError::TooLarge(Self::MAX_ABS));
+        }
+        Ok(Self(Money::from_cents(cents)))
+    }
+
+    /// Parses an amount that must be positive (a deposit, a pay).
+    pub fn parse_positive(input: &str) -> Result<Self, AmountError> {
+        let amount = Self::parse(input)?;
+        if amount.0.cents() < 0 {
+            return Err(AmountError::Negative);
+        }
+        Ok(amount)
+    }
+
+    pub fn money(self) -> Money {
+        self.0
+    }
+
+    pub fn cents(self) -> i64 {
+        self.0.cents()
+    }
+}
+
+/// Exact cents of a decimal with at most two fractional digits.
+fn scaled_cents(value: Decimal) -> Option<i64> {
+    let mut shifted = value * Decimal::ONE_HUNDRED;
+    shifted.rescale(0);
+    i64::try_from(shifted.mantissa()).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn amounts_become_exact_cents() {
+        for (input, cents) in [
+            ("12.50", 1250),
+            ("12.5", 1250),
+            ("0.01", 1),
+            ("5000", 500_000),
+            ("-3.10", -310),
+            ("7.000", 700),
+            (" 1.99 ", 199),
+        ] {
+            assert_eq!(
+                Amount::parse(input).map(Amount::cents),
+                Ok(cents),
+                "{input}"
+            );
+        }
+    }
+
+    #[test]
+    fn bad_amounts_are_refused() {
+        for (input, error) in [
+            ("0.001", AmountError::TooPrecise),
+            ("0", AmountError::Zero),
+            ("0.00", AmountError::Zero),
+            ("abc", AmountError::NotANumber),
+            ("", AmountError::NotANumber),
+            ("1e3", AmountError::NotANumber),
+            ("1,000", AmountError::NotANumber),
+            ("NaN", AmountError::NotANumber),
+            (
+                "99999999999999999999",
+                AmountError::TooLarge(Amount::MAX_ABS),
+            ),
+        ] {
+            assert_eq!(Amount::parse(input), Err(error), "{input}");
+        }
+        assert_eq!(Amount::parse_positive("-1"), Err(AmountError::Negative));
+    }
+
+    #[test]
+    fn money_is_written_with_two_decimals() {
+        assert_eq!(Money::from_cents(1250).to_string(), "12.50");
+        assert_eq!(Money::from_cents(-5).to_string(), "-0.05");
+        #[derive(Serialize)]
+        struct Wrapper {
+            m: Money,
+        }
+        let json = serde_json::to_string(&Wrapper {
+            m: Money::from_cents(100),
+        });
+        assert_eq!(json.ok().as_deref(), Some(r#"{"m":1.00}"#));
+    }
+}

@@ -1,0 +1,16 @@
+//! Tally: a payments and social-graph service with its own OAuth 2.0
+//! authorization server. `main.rs` parses the command line; everything else
+//! lives here so tests build the real application in-process.
+
+pub mod accounts;
+pub mod admin;
+pub mod api;
+pub mod auth;
+pub mod config;
+pub mod demo;
+pub mod domain;
+pub mod ledger;
+pub mod oauth;
+pub mod startup;
+pub mod store;
+pub mod telemetry;

@@ -1,0 +1,148 @@
+//! Builds the application: opens the store, binds the listener (port 0 works),
+//! and registers every route.
+
+use crate::api;
+use crate::auth::password::PasswordHasher;
+use crate::config::{Settings, TlsFiles};
+use crate::oauth::credentials;
+use crate::store::{self, Store};
+use crate::telemetry;
+use actix_web::dev::Server;
+use actix_web::middleware::from_fn;
+use actix_web::{web, App, HttpServer};
+use actix_web_prom::PrometheusMetricsBuilder;
+use anyhow::Context;
+use secrecy::SecretString;
+use std::net::TcpListener;
+use std::sync::Arc;
+
+/// Largest request body accepted (SPEC §9).
+pub const MAX_BODY_BYTES: usize = 64 * 1024;
+
+/// What every handler can reach.
+pub struct AppState {
+    pub store: Arc<dyn Store>,
+    pub settings: Arc<Settings>,
+    /// The origin clients see, e.g. `http://127.0.0.1:8080`.
+    pub public_origin: String,
+    pub secret_key: SecretString,
+    pub hasher: PasswordHasher,
+}
+
+/// Connects to the configured database and applies pending migrations.
+pub async fn open_store(settings: &Settings) -> anyhow::Result<Arc<dyn Store>> {
+    let store = store::connect(&settings.database_url)
+        .await
+        .context("cannot open the database named by TALLY_DATABASE_URL")?;
+    store.migrate().await.context("cannot apply migrations")?;
+    Ok(store)
+}
+
+/// The key that signs cookies and CSRF tokens: the configured one, or the one
+/// generated on the first start and kept in the database, so every instance of a
+/// deployment shares it.
+pub async fn resolve_secret_key(
+    settings: &Settings,
+    store: &dyn Store,
+) -> anyhow::Result<SecretString> {
+    if let Some(key) = &settings.secret_key {
+        return Ok(key.clone());
+    }
+    let key = store
+        .server_setting_or_insert("secret_key", &credentials::random_hex(32))
+        .await?;
+    Ok(SecretString::from(key))
+}
+
+/// Hashes allowed at once: one per core keeps the blocking pool from growing a
+/// queue of 19 MiB allocations.
+fn hash_concurrency() -> usize {
+    std::thread::available_parallelism().map_or(2, |n| n.get())
+}
+
+pub struct Application {
+    port: u16,
+    public_origin: String,
+    server: Server,
+}
+
+impl Application {
+    /// Binds the listener and prepares the server; `run_until_stopped` runs it.
+    pub async fn build(settings: Settings, store: Arc<dyn Store>) -> anyhow::Result<Self> {
+        let listener = TcpListener::bind(settings.listen)
+            .with_context(|| format!("cannot listen on {}", settings.listen))?;
+        let bound = listener.local_addr()?;
+        let public_origin = settings.public_origin(bound);
+        let secret_key = resolve_secret_key(&settings, store.as_ref()).await?;
+        let tls = settings.tls.as_ref().map(load_tls).transpose()?;
+
+        let metrics = PrometheusMetricsBuilder::new("tally")
+            .endpoint("/metrics")
+            .mask_unmatched_patterns("UNMATCHED")
+            .build()
+            .map_err(|e| anyhow::anyhow!("cannot set up metrics: {e}"))?;
+        let state = web::Data::new(AppState {
+            store,
+            settings: Arc::new(settings),
+            public_origin: public_origin.clone(),
+            secret_key,
+            hasher: PasswordHasher::new(hash_concurrency()),
+        });
+
+        let server = HttpServer::new(move || {
+            App::new()
+                .wrap(metrics.clone())
+                .wrap(from_fn(telemetry::access_log))
+                .app_data(state.clone())
+                .app_data(web::PayloadConfig::new(MAX_BODY_BYTES))
+                .configure(routes)
+        });
+        let server = match tls {
+            Some(config) => server.listen_rustls_0_23(listener, config)?,
+            None => server.listen(listener)?,
+        }
+        .run();
+        tracing::info!(%public_origin, "listening");
+        Ok(Self {
+            port: bound.port(),
+            public_origin,
+            server,
+        })
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    pub fn public_origin(&self) -> &str {
+        &self.public_origin
+    }
+
+    pub async fn run_until_stopped(self) -> std::io::Result<()> {
+        self.server.await
+    }
+}
+
+/// Every route of the service.
+fn routes(cfg: &mut web::ServiceConfig) {
+    cfg.route("/healthz", web::get().to(api::health::healthz))
+        .route("/readyz", web::get().to(api::health::readyz));
+}
+
+fn load_tls(files: &TlsFiles) -> anyhow::Result<rustls::ServerConfig> {
+    let read = |path: &std::path::Path| {
+        std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))
+    };
+    let certs = rustls_pemfile::certs(&mut read(&files.cert)?.as_slice())
+        .collect::<Result<Vec<_>, _>>()
+        .context("TALLY_TLS_CERT holds no valid PEM certificate")?;
+    let key = rustls_pemfile::private_key(&mut read(&files.key)?.as_slice())
+        .context("TALLY_TLS_KEY holds no valid PEM key")?
+        .context("TALLY_TLS_KEY holds no private key")?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .context("TLS certificate and key do not match")
+}

@@ -1,0 +1,84 @@
+//! Persistence. The only module that knows SQL: one `Store` trait, implemented for
+//! SQLite and for PostgreSQL. Every method is one transaction.
+
+mod error;
+mod models;
+mod postgres;
+mod sql;
+mod sqlite;
+
+pub use error::StoreError;
+pub use models::*;
+pub use postgres::PgStore;
+pub use sqlite::SqliteStore;
+
+use crate::config::DatabaseUrl;
+use async_trait::async_trait;
+use std::sync::Arc;
+
+/// How a user is looked up.
+#[derive(Debug, Clone, Copy)]
+pub enum UserKey<'a> {
+    Id(&'a str),
+    /// Compared without regard to letter case.
+    Username(&'a str),
+    Email(&'a str),
+    Phone(&'a str),
+}
+
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// Which backend this is, for logs and tests.
+    fn backend(&self) -> &'static str;
+
+    /// Applies pending migrations (safe to call from several processes at once).
+    async fn migrate(&self) -> Result<(), StoreError>;
+
+    /// Checks that the database answers.
+    async fn ping(&self) -> Result<(), StoreError>;
+
+    /// Returns the stored value of a server setting, storing `candidate` first if
+    /// there is none yet. Racing callers all get the one value that won.
+    async fn server_setting_or_insert(
+        &self,
+        key: &str,
+        candidate: &str,
+    ) -> Result<String, StoreError>;
+
+    async fn insert_user(&self, user: &NewUser) -> Result<User, StoreError>;
+    async fn find_user(&self, key: UserKey<'_>) -> Result<Option<User>, StoreError>;
+    /// Sets the account flags; verifying also marks its e-mail and phone verified.
+    async fn update_user_flags(
+        &self,
+        user_id: &str,
+        flags: UserFlags,
+    ) -> Result<Option<User>, StoreError>;
+
+    /// Makes two users friends of each other. Already being friends is fine.
+    async fn add_friendship(&self, a: &str, b: &str, at: i64) -> Result<(), StoreError>;
+    async fn are_friends(&self, a: &str, b: &str) -> Result<bool, StoreError>;
+
+    async fn insert_app(&self, app: &NewApp) -> Result<App, StoreError>;
+    async fn find_app(&self, client_id: &str) -> Result<Option<App>, StoreError>;
+    async fn set_app_suspended(
+        &self,
+        client_id: &str,
+        suspended: bool,
+    ) -> Result<Option<App>, StoreError>;
+    async fn set_app_secret_digest(&self, client_id: &str, digest: &str) -> Result<(), StoreError>;
+
+    /// Records money arriving from outside: credits the user and writes both
+    /// ledger entries in one transaction. Returns the new balance in cents.
+    async fn deposit(&self, movement: &Movement) -> Result<i64, StoreError>;
+
+    /// A consistent snapshot of balances and ledger sums for the audit.
+    async fn audit_snapshot(&self) -> Result<AuditSnapshot, StoreError>;
+}
+
+/// Opens the database the URL names, creating an SQLite file if missing.
+pub async fn connect(url: &DatabaseUrl) -> Result<Arc<dyn Store>, StoreError> {
+    Ok(match url {
+        DatabaseUrl::Sqlite(url) => Arc::new(SqliteStore::connect(url).await?),
+        DatabaseUrl::Postgres(url) => Arc::new(PgStore::connect(url).await?),
+    })
+}

@@ -1,0 +1,115 @@
+use std::fmt;
+
+/// An account as stored.
+#[derive(Clone, sqlx::FromRow)]
+pub struct User {
+    pub id: String,
+    pub username: String,
+    pub first_name: String,
+    pub last_name: String,
+    pub about: String,
+    pub profile_picture_url: Option<String>,
+    pub email: Option<String>,
+    pub email_verified: bool,
+    pub phone: Option<String>,
+    pub phone_verified: bool,
+    pub password_hash: String,
+    pub verified: bool,
+    pub suspended: bool,
+    pub balance_cents: i64,
+    pub date_joined: i64,
+}
+
+impl fmt::Debug for User {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("User")
+            .field("id", &self.id)
+            .field("username", &self.username)
+            .finish_non_exhaustive()
+    }
+}
+
+pub struct NewUser {
+    pub id: String,
+    pub username: String,
+    pub first_name: String,
+    pub last_name: String,
+    pub about: String,
+    pub email: Option<String>,
+    pub phone: Option<String>,
+    pub password_hash: String,
+    pub verified: bool,
+    pub date_joined: i64,
+}
+
+/// Flags to change on an account; `None` leaves one as it is.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct UserFlags {
+    pub verified: Option<bool>,
+    pub suspended: Option<bool>,
+}
+
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct App {
+    pub client_id: String,
+    pub secret_digest: String,
+    pub name: String,
+    pub description: String,
+    pub redirect_url: Option<String>,
+    pub site_url: Option<String>,
+    pub owner_id: String,
+    pub suspended: bool,
+    pub created_at: i64,
+}
+
+pub struct NewApp {
+    pub client_id: String,
+    pub secret_digest: String,
+    pub name: String,
+    pub description: String,
+    pub redirect_url: Option<String>,
+    pub site_url: Option<String>,
+    pub owner_id: String,
+    pub created_at: i64,
+}
+
+/// Ledger accounts that are not users. Names start with `@` so they can never
+/// collide with a user id.
+pub mod accounts {
+    /// Where deposits come from: its balance is minus everything ever deposited.
+    pub const EXTERNAL: &str = "@external";
+}
+
+/// One movement of money: `cents` go from `from` to `to`, written as two ledger
+/// entries that sum to zero.
+#[derive(Debug, Clone)]
+pub struct Movement {
+    pub id: String,
+    pub kind: &'static str,
+    pub from: String,
+    pub to: String,
+    pub cents: i64,
+    pub at: i64,
+}
+
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct AccountBalance {
+    pub user_id: String,
+    pub username: String,
+    pub balance_cents: i64,
+}
+
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct LedgerSum {
+    pub account: String,
+    pub total_cents: i64,
+}
+
+/// Everything the audit compares, read in one transaction.
+#[derive(Debug, Clone)]
+pub struct AuditSnapshot {
+    pub balances: Vec<AccountBalance>,
+    pub ledger_sums: Vec<LedgerSum>,
+    /// Movements whose entries do not sum to zero.
+    pub unbalanced_movements: Vec<LedgerSum>,
+}

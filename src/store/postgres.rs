@@ -1,0 +1,49 @@
+use super::sql::impl_store;
+use super::*;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{PgPool, Postgres, Transaction};
+use std::str::FromStr;
+use std::time::Duration;
+
+/// PostgreSQL, shared by every instance of a deployment. Writes rely on guarded
+/// updates and row locks rather than on a single writer.
+pub struct PgStore {
+    pool: PgPool,
+}
+
+impl PgStore {
+    pub async fn connect(url: &str) -> Result<Self, StoreError> {
+        let options = PgConnectOptions::from_str(url)?;
+        let pool = PgPoolOptions::new()
+            .max_connections(16)
+            .acquire_timeout(Duration::from_secs(5))
+            .connect_with(options)
+            .await?;
+        Ok(Self { pool })
+    }
+
+    async fn run_migrations(&self) -> Result<(), StoreError> {
+        // sqlx takes an advisory lock, so instances starting together are safe.
+        sqlx::migrate!("migrations/postgres")
+            .run(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    fn reader(&self) -> &PgPool {
+        &self.pool
+    }
+
+    async fn write(&self) -> Result<Transaction<'static, Postgres>, StoreError> {
+        Ok(self.pool.begin().await?)
+    }
+
+    async fn snapshot(&self) -> Result<Transaction<'static, Postgres>, StoreError> {
+        Ok(self
+            .pool
+            .begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            .await?)
+    }
+}
+
+impl_store!(PgStore, "postgres");

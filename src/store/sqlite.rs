@@ -1,0 +1,58 @@
+use super::sql::impl_store;
+use super::*;
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::{Sqlite, SqlitePool, Transaction};
+use std::str::FromStr;
+use std::time::Duration;
+
+/// SQLite in WAL mode: many readers, and every write through one connection with
+/// `BEGIN IMMEDIATE`, so writers queue instead of failing with SQLITE_BUSY (other
+/// processes, such as `tally admin`, wait on the busy timeout).
+pub struct SqliteStore {
+    reader: SqlitePool,
+    writer: SqlitePool,
+}
+
+impl SqliteStore {
+    pub async fn connect(url: &str) -> Result<Self, StoreError> {
+        let options = SqliteConnectOptions::from_str(url)?
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Normal)
+            .foreign_keys(true)
+            .busy_timeout(Duration::from_secs(10));
+        let writer = SqlitePoolOptions::new()
+            .max_connections(1)
+            .acquire_timeout(Duration::from_secs(30))
+            .connect_with(options.clone())
+            .await?;
+        let reader = SqlitePoolOptions::new()
+            .max_connections(4)
+            .acquire_timeout(Duration::from_secs(10))
+            .connect_with(options.read_only(true))
+            .await?;
+        Ok(Self { reader, writer })
+    }
+
+    async fn run_migrations(&self) -> Result<(), StoreError> {
+        sqlx::migrate!("migrations/sqlite")
+            .run(&self.writer)
+            .await?;
+        Ok(())
+    }
+
+    fn reader(&self) -> &SqlitePool {
+        &self.reader
+    }
+
+    async fn write(&self) -> Result<Transaction<'static, Sqlite>, StoreError> {
+        Ok(self.writer.begin_with("BEGIN IMMEDIATE").await?)
+    }
+
+    /// A read transaction sees one snapshot of the WAL.
+    async fn snapshot(&self) -> Result<Transaction<'static, Sqlite>, StoreError> {
+        Ok(self.reader.begin().await?)
+    }
+}
+
+impl_store!(SqliteStore, "sqlite");
