@@ -52,7 +52,12 @@ enum AdminCommand {
     #[command(subcommand)]
     App(AppCommand),
     /// Record money arriving from outside (e.g. a bank) into an account.
-    Deposit { username: String, amount: String },
+    Deposit {
+        username: String,
+        /// Decimal dollars, e.g. 12.50.
+        #[arg(allow_hyphen_values = true)]
+        amount: String,
+    },
     /// Make two users friends of each other.
     #[command(subcommand)]
     Friend(FriendCommand),

@@ -148,14 +148,14 @@ macro_rules! impl_store {
 
             #[tracing::instrument(skip_all)]
             async fn are_friends(&self, a: &str, b: &str) -> Result<bool, StoreError> {
-                let found: Option<i64> = sqlx::query_scalar(
-                    "SELECT 1 FROM friendships WHERE user_id = $1 AND friend_id = $2",
+                let found: bool = sqlx::query_scalar(
+                    "SELECT EXISTS (SELECT 1 FROM friendships WHERE user_id = $1 AND friend_id = $2)",
                 )
                 .bind(a)
                 .bind(b)
-                .fetch_optional(self.reader())
+                .fetch_one(self.reader())
                 .await?;
-                Ok(found.is_some())
+                Ok(found)
             }
 
             #[tracing::instrument(skip_all, fields(name = %app.name))]

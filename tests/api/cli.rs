@@ -1,0 +1,423 @@
+//! The operator commands, through the real `tally` binary.
+
+use crate::helpers::{on_both_backends, tally, Backend, TestDb};
+use serde_json::json;
+
+on_both_backends!(
+    every_admin_command_prints_its_documented_json,
+    bad_operator_input_is_refused_and_writes_nothing,
+    sixteen_parallel_deposit_processes_all_count,
+    the_audit_exits_1_when_the_ledger_disagrees,
+    migrate_applies_migrations_and_is_repeatable,
+);
+
+fn keys(value: &serde_json::Value) -> Vec<String> {
+    let mut keys: Vec<String> = value
+        .as_object()
+        .map(|o| o.keys().cloned().collect())
+        .unwrap_or_default();
+    keys.sort();
+    keys
+}
+
+async fn every_admin_command_prints_its_documented_json(backend: Backend) {
+    let Some(db) = TestDb::new(backend).await else {
+        return;
+    };
+    let url = db.url_string();
+
+    let ann = tally(
+        &url,
+        &[
+            "admin",
+            "user",
+            "add",
+            "--username",
+            "ann",
+            "--password",
+            "correct horse",
+            "--first-name",
+            "Ann",
+            "--last-name",
+            "Lee",
+            "--email",
+            "Ann@Example.com",
+            "--phone",
+            "(212) 555-0187",
+            "--about",
+            "hi",
+            "--json",
+        ],
+    );
+    assert!(ann.status.success(), "{}", ann.stderr);
+    let ann = ann.json();
+    assert_eq!(keys(&ann), ["id", "username"]);
+    assert_eq!(ann["username"], "ann");
+    assert!(ann["id"].is_string());
+
+    // --json may also come before the subcommand.
+    let ben = tally(
+        &url,
+        &[
+            "admin",
+            "--json",
+            "user",
+            "add",
+            "--username",
+            "ben",
+            "--password",
+            "password1",
+            "--verified",
+        ],
+    );
+    assert!(ben.status.success(), "{}", ben.stderr);
+
+    let verified = tally(&url, &["admin", "user", "verify", "ann", "--json"]).json();
+    assert_eq!(
+        verified,
+        json!({"id": ann["id"], "username": "ann", "verified": true, "suspended": false})
+    );
+    let suspended = tally(&url, &["admin", "user", "suspend", "ANN", "--json"]).json();
+    assert_eq!(suspended["suspended"], true);
+    assert_eq!(
+        keys(&suspended),
+        ["id", "suspended", "username", "verified"]
+    );
+    let unsuspended = tally(&url, &["admin", "user", "unsuspend", "ann", "--json"]).json();
+    assert_eq!(unsuspended["suspended"], false);
+
+    let app = tally(
+        &url,
+        &[
+            "admin",
+            "app",
+            "add",
+            "--owner",
+            "ann",
+            "--name",
+            "My App",
+            "--redirect-url",
+            "https://app.example.com/callback",
+            "--description",
+            "Splits bills",
+            "--site-url",
+            "app.example.com",
+            "--json",
+        ],
+    );
+    assert!(app.status.success(), "{}", app.stderr);
+    let app = app.json();
+    assert_eq!(keys(&app), ["client_id", "client_secret"]);
+    let client_id = app["client_id"].as_str().unwrap().to_owned();
+    assert!(app["client_secret"]
+        .as_str()
+        .unwrap()
+        .starts_with("tly_secret_"));
+
+    let suspended_app = tally(&url, &["admin", "app", "suspend", &client_id, "--json"]).json();
+    assert_eq!(
+        suspended_app,
+        json!({"client_id": client_id, "suspended": true})
+    );
+
+    // Balances are JSON numbers with exact cents.
+    let deposit = tally(&url, &["admin", "deposit", "ann", "12.5", "--json"]);
+    assert_eq!(
+        deposit.stdout.trim(),
+        r#"{"username":"ann","balance":12.50}"#
+    );
+    let deposit = tally(&url, &["admin", "deposit", "ann", "0.05", "--json"]).json();
+    assert_eq!(deposit["balance"].as_f64(), Some(12.55));
+
+    let friends = tally(&url, &["admin", "friend", "add", "ann", "ben", "--json"]).json();
+    assert_eq!(friends, json!({"ok": true}));
+
+    let audit = tally(&url, &["admin", "audit", "--json"]);
+    assert!(audit.status.success(), "{}", audit.stdout);
+    let audit = audit.json();
+    assert_eq!(
+        keys(&audit),
+        ["accounts", "discrepancies", "ok", "total_balance"]
+    );
+    assert_eq!(audit["ok"], true);
+    assert_eq!(audit["accounts"], 2);
+    assert_eq!(audit["total_balance"].as_f64(), Some(12.55));
+    assert_eq!(audit["discrepancies"], json!([]));
+
+    // Without --json the same commands speak plain text.
+    let text = tally(&url, &["admin", "deposit", "ben", "1"]);
+    assert!(text.status.success());
+    assert!(text.stdout.contains("1.00"), "{}", text.stdout);
+}
+
+async fn bad_operator_input_is_refused_and_writes_nothing(backend: Backend) {
+    let Some(db) = TestDb::new(backend).await else {
+        return;
+    };
+    let url = db.url_string();
+    let setup = tally(
+        &url,
+        &[
+            "admin",
+            "user",
+            "add",
+            "--username",
+            "ann",
+            "--password",
+            "password1",
+            "--email",
+            "ann@example.com",
+            "--json",
+        ],
+    );
+    assert!(setup.status.success(), "{}", setup.stderr);
+
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &[
+                "admin",
+                "user",
+                "add",
+                "--username",
+                "ANN",
+                "--password",
+                "password1",
+            ],
+            "username is already taken",
+        ),
+        (
+            &[
+                "admin",
+                "user",
+                "add",
+                "--username",
+                "ben",
+                "--password",
+                "password1",
+                "--email",
+                "ANN@example.com",
+            ],
+            "email is already taken",
+        ),
+        (
+            &[
+                "admin",
+                "user",
+                "add",
+                "--username",
+                "ben",
+                "--password",
+                "password1",
+                "--email",
+                "not-an-email",
+            ],
+            "not a valid e-mail",
+        ),
+        (
+            &[
+                "admin",
+                "user",
+                "add",
+                "--username",
+                "ben",
+                "--password",
+                "password1",
+                "--phone",
+                "555-0187",
+            ],
+            "not a valid US phone",
+        ),
+        (
+            &[
+                "admin",
+                "user",
+                "add",
+                "--username",
+                "ben",
+                "--password",
+                "short",
+            ],
+            "at least 8",
+        ),
+        (
+            &[
+                "admin",
+                "user",
+                "add",
+                "--username",
+                "b",
+                "--password",
+                "password1",
+            ],
+            "3 to 30",
+        ),
+        (&["admin", "deposit", "ann", "0.001"], "at most 2 decimal"),
+        (&["admin", "deposit", "ann", "-1"], "must be positive"),
+        (&["admin", "deposit", "ann", "abc"], "decimal number"),
+        (&["admin", "deposit", "ann", "0"], "not be zero"),
+        (&["admin", "deposit", "nobody", "5"], "no such user: nobody"),
+        (&["admin", "user", "verify", "nobody"], "no such user"),
+        (&["admin", "friend", "add", "ann", "nobody"], "no such user"),
+        (&["admin", "friend", "add", "ann", "ann"], "own friend"),
+        (
+            &[
+                "admin",
+                "app",
+                "add",
+                "--owner",
+                "nobody",
+                "--name",
+                "X",
+                "--redirect-url",
+                "https://x.org/cb",
+            ],
+            "no such user",
+        ),
+        (
+            &[
+                "admin",
+                "app",
+                "add",
+                "--owner",
+                "ann",
+                "--name",
+                "X",
+                "--redirect-url",
+                "ftp://x.org/cb",
+            ],
+            "http or https",
+        ),
+        (
+            &[
+                "admin",
+                "app",
+                "add",
+                "--owner",
+                "ann",
+                "--name",
+                "X",
+                "--redirect-url",
+                "https://x.org/cb#f",
+            ],
+            "fragment",
+        ),
+        (
+            &[
+                "admin",
+                "app",
+                "add",
+                "--owner",
+                "ann",
+                "--name",
+                " ",
+                "--redirect-url",
+                "https://x.org/cb",
+            ],
+            "app name",
+        ),
+        (
+            &["admin", "app", "suspend", "no-such-client"],
+            "no such app",
+        ),
+    ];
+    for (args, message) in cases {
+        let mut with_json = args.to_vec();
+        with_json.push("--json");
+        let run = tally(&url, &with_json);
+        assert!(!run.status.success(), "{args:?} succeeded");
+        assert!(
+            run.stderr.contains(message),
+            "{args:?}: stderr {:?} lacks {message:?}",
+            run.stderr
+        );
+        let error = run.json();
+        assert!(error["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains(message));
+        assert!(error["error"]["code"].is_string());
+    }
+
+    // Nothing was written: still one account, no money, a clean ledger.
+    let audit = tally(&url, &["admin", "audit", "--json"]).json();
+    assert_eq!(audit["accounts"], 1);
+    assert_eq!(audit["total_balance"].as_f64(), Some(0.0));
+    assert_eq!(audit["ok"], true);
+}
+
+async fn sixteen_parallel_deposit_processes_all_count(backend: Backend) {
+    let Some(db) = TestDb::new(backend).await else {
+        return;
+    };
+    let url = db.url_string();
+    assert!(tally(
+        &url,
+        &[
+            "admin",
+            "user",
+            "add",
+            "--username",
+            "ann",
+            "--password",
+            "password1"
+        ]
+    )
+    .status
+    .success());
+    let runs: Vec<_> = (0..16)
+        .map(|_| {
+            let url = url.clone();
+            std::thread::spawn(move || tally(&url, &["admin", "deposit", "ann", "2.50", "--json"]))
+        })
+        .collect();
+    for run in runs {
+        let run = run.join().unwrap();
+        assert!(run.status.success(), "{}", run.stderr);
+    }
+    let audit = tally(&url, &["admin", "audit", "--json"]);
+    assert!(audit.status.success(), "{}", audit.stdout);
+    assert_eq!(audit.json()["total_balance"].as_f64(), Some(40.0));
+}
+
+async fn the_audit_exits_1_when_the_ledger_disagrees(backend: Backend) {
+    let Some(db) = TestDb::new(backend).await else {
+        return;
+    };
+    let url = db.url_string();
+    assert!(tally(
+        &url,
+        &[
+            "admin",
+            "user",
+            "add",
+            "--username",
+            "ann",
+            "--password",
+            "password1"
+        ]
+    )
+    .status
+    .success());
+    assert!(tally(&url, &["admin", "deposit", "ann", "10"])
+        .status
+        .success());
+    crate::store_conformance::tamper(&db, "UPDATE users SET balance_cents = 1").await;
+    let audit = tally(&url, &["admin", "audit", "--json"]);
+    assert_eq!(audit.status.code(), Some(1));
+    let report = audit.json();
+    assert_eq!(report["ok"], false);
+    assert_eq!(report["discrepancies"][0]["kind"], "balance_mismatch");
+    assert_eq!(report["discrepancies"][0]["username"], "ann");
+}
+
+async fn migrate_applies_migrations_and_is_repeatable(backend: Backend) {
+    let Some(db) = TestDb::new(backend).await else {
+        return;
+    };
+    let url = db.url_string();
+    for _ in 0..2 {
+        let run = tally(&url, &["migrate"]);
+        assert!(run.status.success(), "{}", run.stderr);
+        assert!(run.stdout.contains("migrations applied"));
+    }
+}

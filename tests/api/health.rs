@@ -1,0 +1,100 @@
+//! Health, readiness and metrics over real HTTP.
+
+use crate::helpers::{on_both_backends, Backend, ServeProcess, TestApp};
+
+on_both_backends!(
+    healthz_and_readyz_answer_200,
+    metrics_count_requests_by_route,
+    every_answer_is_logged_without_credentials,
+);
+
+async fn healthz_and_readyz_answer_200(backend: Backend) {
+    let Some(app) = TestApp::spawn(backend).await else {
+        return;
+    };
+    for path in ["/healthz", "/readyz"] {
+        let response = app.http.get(app.url(path)).send().await.unwrap();
+        assert_eq!(response.status(), 200, "{path}");
+        let body: serde_json::Value = response.json().await.unwrap();
+        assert!(body["status"].is_string());
+    }
+}
+
+async fn metrics_count_requests_by_route(backend: Backend) {
+    let Some(app) = TestApp::spawn(backend).await else {
+        return;
+    };
+    for _ in 0..3 {
+        app.http.get(app.url("/healthz")).send().await.unwrap();
+    }
+    let text = app
+        .http
+        .get(app.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let line = text
+        .lines()
+        .find(|l| {
+            l.starts_with("tally_http_requests_total") && l.contains(r#"endpoint="/healthz""#)
+        })
+        .unwrap_or_else(|| panic!("no request count for /healthz in {text}"));
+    assert!(line.ends_with(" 3"), "{line}");
+    assert!(text.contains("tally_http_requests_duration_seconds_bucket"));
+}
+
+async fn every_answer_is_logged_without_credentials(backend: Backend) {
+    let Some(db) = crate::helpers::TestDb::new(backend).await else {
+        return;
+    };
+    let server = ServeProcess::start(&db.url_string(), &[]);
+    let http = reqwest::Client::new();
+    let response = http
+        .get(format!(
+            "{}/healthz?access_token=tly_at_secret1&password=hunter2&limit=5",
+            server.origin
+        ))
+        .bearer_auth("tly_at_secret2")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let log = server.stop();
+    assert!(log.contains("/healthz?access_token=REDACTED"), "{log}");
+    assert!(log.contains("limit=5"));
+    for secret in ["tly_at_secret1", "tly_at_secret2", "hunter2"] {
+        assert!(!log.contains(secret), "{secret} leaked into {log}");
+    }
+}
+
+/// With the database gone, readiness fails with the error envelope while
+/// liveness still answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readyz_answers_503_when_the_database_is_gone() {
+    let Some(app) = TestApp::spawn(Backend::Postgres).await else {
+        return;
+    };
+    let tally::config::DatabaseUrl::Postgres(url) = &app.db.url else {
+        unreachable!()
+    };
+    let name = url.rsplit('/').next().unwrap().to_owned();
+    let server = std::env::var(crate::helpers::POSTGRES_URL_VARIABLE).unwrap();
+    {
+        use sqlx::{Connection, Executor};
+        let mut admin = sqlx::PgConnection::connect(&server).await.unwrap();
+        admin
+            .execute(format!("DROP DATABASE {name} WITH (FORCE)").as_str())
+            .await
+            .unwrap();
+    }
+    let response = app.http.get(app.url("/readyz")).send().await.unwrap();
+    assert_eq!(response.status(), 503);
+    let body: serde_json::Value = response.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "unavailable");
+    assert!(body["error"]["message"].is_string());
+    let live = app.http.get(app.url("/healthz")).send().await.unwrap();
+    assert_eq!(live.status(), 200);
+}

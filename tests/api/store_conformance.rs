@@ -1,0 +1,342 @@
+//! The behaviour every `Store` must have, run against SQLite and PostgreSQL.
+
+use crate::helpers::{on_both_backends, Backend, TestDb};
+use std::sync::Arc;
+use tally::domain::{now_micros, Amount};
+use tally::ledger;
+use tally::store::{NewApp, NewUser, Store, StoreError, UserFlags, UserKey};
+
+on_both_backends!(
+    users_are_found_by_id_username_email_and_phone,
+    usernames_emails_and_phones_are_unique,
+    verifying_an_account_verifies_its_contacts,
+    friendships_are_symmetric_and_idempotent,
+    apps_are_stored_suspended_and_rotated,
+    deposits_credit_the_account_and_keep_the_ledger_balanced,
+    concurrent_deposits_into_one_account_all_count,
+    the_first_stored_server_setting_wins,
+    the_audit_finds_a_balance_changed_behind_the_ledgers_back,
+);
+
+fn new_user(username: &str, email: Option<&str>, phone: Option<&str>) -> NewUser {
+    NewUser {
+        id: tally::domain::new_id(),
+        username: username.to_owned(),
+        first_name: "First".to_owned(),
+        last_name: "Last".to_owned(),
+        about: String::new(),
+        email: email.map(str::to_owned),
+        phone: phone.map(str::to_owned),
+        password_hash: "$argon2id$not-a-real-hash".to_owned(),
+        verified: false,
+        date_joined: now_micros(),
+    }
+}
+
+async fn store_for(backend: Backend) -> Option<(TestDb, Arc<dyn Store>)> {
+    let db = TestDb::new(backend).await?;
+    let store = db.store().await;
+    Some((db, store))
+}
+
+async fn users_are_found_by_id_username_email_and_phone(backend: Backend) {
+    let Some((_db, store)) = store_for(backend).await else {
+        return;
+    };
+    let user = store
+        .insert_user(&new_user(
+            "Ann_Lee",
+            Some("ann@example.com"),
+            Some("+12125550187"),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(user.balance_cents, 0);
+    assert!(!user.verified && !user.suspended);
+    for key in [
+        UserKey::Id(&user.id),
+        UserKey::Username("ann_lee"),
+        UserKey::Username("ANN_LEE"),
+        UserKey::Email("ann@example.com"),
+        UserKey::Phone("+12125550187"),
+    ] {
+        let found = store.find_user(key).await.unwrap();
+        assert_eq!(found.map(|u| u.id), Some(user.id.clone()), "{key:?}");
+    }
+    assert!(store
+        .find_user(UserKey::Username("nobody"))
+        .await
+        .unwrap()
+        .is_none());
+}
+
+async fn usernames_emails_and_phones_are_unique(backend: Backend) {
+    let Some((_db, store)) = store_for(backend).await else {
+        return;
+    };
+    store
+        .insert_user(&new_user(
+            "ann",
+            Some("ann@example.com"),
+            Some("+12125550187"),
+        ))
+        .await
+        .unwrap();
+    for (user, field) in [
+        (new_user("ANN", None, None), "username"),
+        (new_user("ann2", Some("ann@example.com"), None), "email"),
+        (new_user("ann3", None, Some("+12125550187")), "phone"),
+    ] {
+        match store.insert_user(&user).await {
+            Err(StoreError::Conflict(f)) => assert_eq!(f, field),
+            other => panic!("expected a conflict on {field}, got {other:?}"),
+        }
+    }
+    // Several accounts without e-mail or phone are fine.
+    store
+        .insert_user(&new_user("ben", None, None))
+        .await
+        .unwrap();
+    store
+        .insert_user(&new_user("cat", None, None))
+        .await
+        .unwrap();
+}
+
+async fn verifying_an_account_verifies_its_contacts(backend: Backend) {
+    let Some((_db, store)) = store_for(backend).await else {
+        return;
+    };
+    let user = store
+        .insert_user(&new_user("ann", Some("ann@example.com"), None))
+        .await
+        .unwrap();
+    assert!(!user.email_verified);
+    let verified = store
+        .update_user_flags(
+            &user.id,
+            UserFlags {
+                verified: Some(true),
+                suspended: None,
+            },
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(verified.verified && verified.email_verified && !verified.phone_verified);
+    let suspended = store
+        .update_user_flags(
+            &user.id,
+            UserFlags {
+                verified: None,
+                suspended: Some(true),
+            },
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(suspended.verified && suspended.suspended);
+    let missing = store
+        .update_user_flags(
+            "no-such-id",
+            UserFlags {
+                verified: Some(true),
+                suspended: None,
+            },
+        )
+        .await
+        .unwrap();
+    assert!(missing.is_none());
+}
+
+async fn friendships_are_symmetric_and_idempotent(backend: Backend) {
+    let Some((_db, store)) = store_for(backend).await else {
+        return;
+    };
+    let a = store
+        .insert_user(&new_user("ann", None, None))
+        .await
+        .unwrap();
+    let b = store
+        .insert_user(&new_user("ben", None, None))
+        .await
+        .unwrap();
+    let c = store
+        .insert_user(&new_user("cat", None, None))
+        .await
+        .unwrap();
+    store
+        .add_friendship(&a.id, &b.id, now_micros())
+        .await
+        .unwrap();
+    store
+        .add_friendship(&b.id, &a.id, now_micros())
+        .await
+        .unwrap();
+    assert!(store.are_friends(&a.id, &b.id).await.unwrap());
+    assert!(store.are_friends(&b.id, &a.id).await.unwrap());
+    assert!(!store.are_friends(&a.id, &c.id).await.unwrap());
+}
+
+async fn apps_are_stored_suspended_and_rotated(backend: Backend) {
+    let Some((_db, store)) = store_for(backend).await else {
+        return;
+    };
+    let owner = store
+        .insert_user(&new_user("ann", None, None))
+        .await
+        .unwrap();
+    let app = store
+        .insert_app(&NewApp {
+            client_id: "client-1".to_owned(),
+            secret_digest: "digest-1".to_owned(),
+            name: "My App".to_owned(),
+            description: "Does things".to_owned(),
+            redirect_url: Some("https://app.example.com/cb".to_owned()),
+            site_url: None,
+            owner_id: owner.id.clone(),
+            created_at: now_micros(),
+        })
+        .await
+        .unwrap();
+    assert!(!app.suspended);
+    let found = store.find_app("client-1").await.unwrap().unwrap();
+    assert_eq!(found.name, "My App");
+    assert_eq!(found.owner_id, owner.id);
+    let suspended = store
+        .set_app_suspended("client-1", true)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(suspended.suspended);
+    store
+        .set_app_secret_digest("client-1", "digest-2")
+        .await
+        .unwrap();
+    assert_eq!(
+        store
+            .find_app("client-1")
+            .await
+            .unwrap()
+            .unwrap()
+            .secret_digest,
+        "digest-2"
+    );
+    assert!(matches!(
+        store.set_app_secret_digest("nope", "d").await,
+        Err(StoreError::NotFound(_))
+    ));
+    assert!(store
+        .set_app_suspended("nope", true)
+        .await
+        .unwrap()
+        .is_none());
+}
+
+async fn deposits_credit_the_account_and_keep_the_ledger_balanced(backend: Backend) {
+    let Some((_db, store)) = store_for(backend).await else {
+        return;
+    };
+    let user = store
+        .insert_user(&new_user("ann", None, None))
+        .await
+        .unwrap();
+    let amount = Amount::parse_positive("12.34").unwrap();
+    let balance = ledger::deposit(store.as_ref(), &user.id, amount)
+        .await
+        .unwrap();
+    assert_eq!(balance.cents(), 1234);
+    let balance = ledger::deposit(store.as_ref(), &user.id, amount)
+        .await
+        .unwrap();
+    assert_eq!(balance.cents(), 2468);
+    let report = ledger::audit::run(store.as_ref()).await.unwrap();
+    assert!(report.ok, "{:?}", report.discrepancies);
+    assert_eq!(report.accounts, 1);
+    assert_eq!(report.total_balance.cents(), 2468);
+    assert!(matches!(
+        ledger::deposit(store.as_ref(), "no-such-user", amount).await,
+        Err(StoreError::NotFound(_))
+    ));
+}
+
+async fn concurrent_deposits_into_one_account_all_count(backend: Backend) {
+    let Some((_db, store)) = store_for(backend).await else {
+        return;
+    };
+    let user = store
+        .insert_user(&new_user("ann", None, None))
+        .await
+        .unwrap();
+    let tasks: Vec<_> = (0..16)
+        .map(|_| {
+            let store = store.clone();
+            let id = user.id.clone();
+            tokio::spawn(async move {
+                ledger::deposit(store.as_ref(), &id, Amount::parse_positive("1.01").unwrap()).await
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap().unwrap();
+    }
+    let user = store
+        .find_user(UserKey::Id(&user.id))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(user.balance_cents, 16 * 101);
+    let report = ledger::audit::run(store.as_ref()).await.unwrap();
+    assert!(report.ok, "{:?}", report.discrepancies);
+}
+
+async fn the_first_stored_server_setting_wins(backend: Backend) {
+    let Some((_db, store)) = store_for(backend).await else {
+        return;
+    };
+    let first = store
+        .server_setting_or_insert("secret_key", "first")
+        .await
+        .unwrap();
+    let second = store
+        .server_setting_or_insert("secret_key", "second")
+        .await
+        .unwrap();
+    assert_eq!((first.as_str(), second.as_str()), ("first", "first"));
+}
+
+async fn the_audit_finds_a_balance_changed_behind_the_ledgers_back(backend: Backend) {
+    let Some((db, store)) = store_for(backend).await else {
+        return;
+    };
+    let user = store
+        .insert_user(&new_user("ann", None, None))
+        .await
+        .unwrap();
+    ledger::deposit(
+        store.as_ref(),
+        &user.id,
+        Amount::parse_positive("5").unwrap(),
+    )
+    .await
+    .unwrap();
+    tamper(&db, "UPDATE users SET balance_cents = balance_cents + 100").await;
+    let report = ledger::audit::run(store.as_ref()).await.unwrap();
+    assert!(!report.ok);
+    assert_eq!(report.discrepancies.len(), 1, "{:?}", report.discrepancies);
+}
+
+/// Runs raw SQL against a test database, bypassing the store.
+pub async fn tamper(db: &TestDb, sql: &str) {
+    use sqlx::{Connection, Executor};
+    match &db.url {
+        tally::config::DatabaseUrl::Sqlite(url) => {
+            let mut conn = sqlx::SqliteConnection::connect(url).await.unwrap();
+            conn.execute(sql).await.unwrap();
+        }
+        tally::config::DatabaseUrl::Postgres(url) => {
+            let mut conn = sqlx::PgConnection::connect(url).await.unwrap();
+            conn.execute(sql).await.unwrap();
+        }
+    }
+}
