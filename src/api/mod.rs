@@ -3,5 +3,6 @@
 
 pub mod error;
 pub mod health;
+pub mod params;
 
 pub use error::ApiError;

@@ -3,12 +3,14 @@
 
 mod error;
 mod models;
+mod oauth;
 mod postgres;
 mod sql;
 mod sqlite;
 
 pub use error::StoreError;
 pub use models::*;
+pub use oauth::*;
 pub use postgres::PgStore;
 pub use sqlite::SqliteStore;
 
@@ -27,7 +29,9 @@ pub enum UserKey<'a> {
 }
 
 #[async_trait]
-pub trait Store: Send + Sync + 'static {
+/// Everything the service stores. Areas with many methods (OAuth, payments) have
+/// a trait of their own in their own file.
+pub trait Store: OAuthStore + Send + Sync + 'static {
     /// Which backend this is, for logs and tests.
     fn backend(&self) -> &'static str;
 

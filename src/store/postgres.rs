@@ -1,3 +1,4 @@
+use super::oauth::impl_oauth_store;
 use super::sql::impl_store;
 use super::*;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
@@ -46,4 +47,7 @@ impl PgStore {
     }
 }
 
+type Backend = Postgres;
+
 impl_store!(PgStore, "postgres");
+impl_oauth_store!(PgStore);

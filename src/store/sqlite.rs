@@ -1,3 +1,4 @@
+use super::oauth::impl_oauth_store;
 use super::sql::impl_store;
 use super::*;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
@@ -55,4 +56,7 @@ impl SqliteStore {
     }
 }
 
+type Backend = Sqlite;
+
 impl_store!(SqliteStore, "sqlite");
+impl_oauth_store!(SqliteStore);

@@ -1,0 +1,156 @@
+//! Request parameters from the query string, form fields or a JSON object
+//! (SPEC §2), merged into one map. Parsed once per request and kept in its
+//! extensions, so `Params` and `Principal` can both be extracted.
+
+use super::ApiError;
+use crate::startup::MAX_BODY_BYTES;
+use actix_web::dev::Payload;
+use actix_web::http::header::CONTENT_TYPE;
+use actix_web::{FromRequest, HttpMessage, HttpRequest};
+use futures_util::StreamExt;
+use serde_json::value::RawValue;
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::rc::Rc;
+
+/// One parameter value. JSON numbers keep their literal text so that amounts
+/// never pass through a float.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ParamValue {
+    Text(String),
+    Number(String),
+    Bool(bool),
+    Null,
+    /// An array or object, which no parameter takes.
+    Structured,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Params(Rc<HashMap<String, ParamValue>>);
+
+impl Params {
+    pub fn get(&self, name: &str) -> Option<&ParamValue> {
+        self.0.get(name)
+    }
+
+    pub fn contains(&self, name: &str) -> bool {
+        matches!(self.get(name), Some(v) if *v != ParamValue::Null)
+    }
+
+    /// A parameter as text: strings as given, numbers as their literal.
+    /// Absent or null is `None`; true/false, arrays and objects are refused.
+    pub fn text(&self, name: &str) -> Result<Option<&str>, ApiError> {
+        match self.get(name) {
+            None | Some(ParamValue::Null) => Ok(None),
+            Some(ParamValue::Text(s) | ParamValue::Number(s)) => Ok(Some(s)),
+            Some(_) => Err(ApiError::InvalidRequest(format!(
+                "parameter {name} must be a string or a number"
+            ))),
+        }
+    }
+
+    /// A parameter that must be present (and not blank).
+    pub fn required(&self, name: &'static str) -> Result<&str, ApiError> {
+        match self.text(name)? {
+            Some(value) if !value.trim().is_empty() => Ok(value),
+            _ => Err(ApiError::MissingParameter(name)),
+        }
+    }
+
+    /// Reads the parameters of a request, once; later calls reuse them.
+    pub async fn extract(req: &HttpRequest, payload: &mut Payload) -> Result<Params, ApiError> {
+        if let Some(params) = req.extensions().get::<Params>() {
+            return Ok(params.clone());
+        }
+        let mut map = HashMap::new();
+        for (key, value) in url::form_urlencoded::parse(req.query_string().as_bytes()) {
+            map.insert(key.into_owned(), ParamValue::Text(value.into_owned()));
+        }
+        let body = read_body(payload).await?;
+        if !body.is_empty() {
+            let content_type = req
+                .headers()
+                .get(CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("")
+                .split(';')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .to_ascii_lowercase();
+            let from_body = match content_type.as_str() {
+                "application/x-www-form-urlencoded" => parse_form(&body),
+                "application/json" => parse_json(&body)?,
+                _ => return Err(ApiError::UnsupportedMediaType),
+            };
+            for (key, value) in from_body {
+                match map.get(&key) {
+                    Some(existing) if *existing != value => {
+                        return Err(ApiError::InvalidRequest(format!(
+                            "parameter {key} is given twice with different values"
+                        )))
+                    }
+                    _ => {
+                        map.insert(key, value);
+                    }
+                }
+            }
+        }
+        let params = Params(Rc::new(map));
+        req.extensions_mut().insert(params.clone());
+        Ok(params)
+    }
+}
+
+async fn read_body(payload: &mut Payload) -> Result<Vec<u8>, ApiError> {
+    let mut body = Vec::new();
+    while let Some(chunk) = payload.next().await {
+        let chunk =
+            chunk.map_err(|e| ApiError::InvalidRequest(format!("cannot read the body: {e}")))?;
+        if body.len() + chunk.len() > MAX_BODY_BYTES {
+            return Err(ApiError::PayloadTooLarge);
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
+fn parse_form(body: &[u8]) -> Vec<(String, ParamValue)> {
+    url::form_urlencoded::parse(body)
+        .map(|(k, v)| (k.into_owned(), ParamValue::Text(v.into_owned())))
+        .collect()
+}
+
+fn parse_json(body: &[u8]) -> Result<Vec<(String, ParamValue)>, ApiError> {
+    let object: HashMap<String, Box<RawValue>> = serde_json::from_slice(body)
+        .map_err(|_| ApiError::InvalidRequest("the body must be a JSON object".to_owned()))?;
+    object
+        .into_iter()
+        .map(|(key, raw)| {
+            let text = raw.get().trim();
+            let value = match text.as_bytes().first() {
+                Some(b'"') => ParamValue::Text(serde_json::from_str(text).map_err(|_| {
+                    ApiError::InvalidRequest(format!("parameter {key} is not a valid string"))
+                })?),
+                Some(b'-' | b'0'..=b'9') => ParamValue::Number(text.to_owned()),
+                Some(b't') => ParamValue::Bool(true),
+                Some(b'f') => ParamValue::Bool(false),
+                Some(b'n') => ParamValue::Null,
+                _ => ParamValue::Structured,
+            };
+            Ok((key, value))
+        })
+        .collect()
+}
+
+impl FromRequest for Params {
+    type Error = ApiError;
+    type Future = Pin<Box<dyn Future<Output = Result<Self, Self::Error>>>>;
+
+    fn from_request(req: &HttpRequest, payload: &mut Payload) -> Self::Future {
+        let req = req.clone();
+        let mut payload = payload.take();
+        Box::pin(async move { Params::extract(&req, &mut payload).await })
+    }
+}

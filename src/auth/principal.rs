@@ -1,0 +1,115 @@
+//! The token owner of an API request. A handler that takes a `Principal` cannot
+//! run without a live token (DESIGN habit 4).
+
+use crate::api::params::Params;
+use crate::api::ApiError;
+use crate::domain::{Scope, ScopeSet};
+use crate::oauth::{self, IntrospectError};
+use crate::startup::AppState;
+use crate::store::{TokenKind, User};
+use actix_web::dev::Payload;
+use actix_web::http::header::AUTHORIZATION;
+use actix_web::{web, FromRequest, HttpRequest};
+use std::future::Future;
+use std::pin::Pin;
+
+#[derive(Debug, Clone)]
+pub struct Principal {
+    pub user: User,
+    pub scopes: ScopeSet,
+    /// `None` for a personal access token.
+    pub client_id: Option<String>,
+    pub grant_id: String,
+}
+
+impl Principal {
+    pub fn has(&self, scope: Scope) -> bool {
+        self.scopes.contains(scope)
+    }
+
+    /// Refuses with 403 `insufficient_scope` naming the scope.
+    pub fn require(&self, scope: Scope) -> Result<(), ApiError> {
+        if self.has(scope) {
+            Ok(())
+        } else {
+            Err(ApiError::InsufficientScope(scope.as_str()))
+        }
+    }
+
+    /// Passes when the token has any of `scopes`; the refusal names the first.
+    pub fn require_any(&self, scopes: &[Scope]) -> Result<(), ApiError> {
+        match scopes.iter().find(|s| self.has(**s)) {
+            Some(_) => Ok(()),
+            None => Err(ApiError::InsufficientScope(
+                scopes.first().map_or("", |s| s.as_str()),
+            )),
+        }
+    }
+
+    async fn authenticate(req: HttpRequest, mut payload: Payload) -> Result<Self, ApiError> {
+        let params = Params::extract(&req, &mut payload).await?;
+        let from_header = match req.headers().get(AUTHORIZATION) {
+            None => None,
+            Some(value) => {
+                let value = value.to_str().unwrap_or("");
+                match value.split_once(' ') {
+                    Some((scheme, token)) if scheme.eq_ignore_ascii_case("bearer") => {
+                        Some(token.trim().to_owned())
+                    }
+                    _ => {
+                        return Err(ApiError::InvalidToken(
+                            "the Authorization header must be 'Bearer <token>'".to_owned(),
+                        ))
+                    }
+                }
+            }
+        };
+        let from_params = params.text("access_token")?.map(str::to_owned);
+        let token = match (from_header, from_params) {
+            (Some(a), Some(b)) if a != b => {
+                return Err(ApiError::InvalidRequest(
+                    "the access token is given twice with different values".to_owned(),
+                ))
+            }
+            (Some(token), _) | (None, Some(token)) => token,
+            (None, None) => {
+                return Err(ApiError::InvalidToken(
+                    "an access token is required".to_owned(),
+                ))
+            }
+        };
+        let state = req
+            .app_data::<web::Data<AppState>>()
+            .ok_or_else(|| ApiError::Unexpected(anyhow::anyhow!("application state missing")))?;
+        let active = oauth::introspect(state.store.as_ref(), &token)
+            .await
+            .map_err(|e| match e {
+                IntrospectError::Invalid => {
+                    ApiError::InvalidToken("the access token is invalid or revoked".to_owned())
+                }
+                IntrospectError::Expired => ApiError::TokenExpired,
+                IntrospectError::Suspended => ApiError::AccountSuspended,
+                IntrospectError::Store(e) => e.into(),
+            })?;
+        if active.kind != TokenKind::Access {
+            return Err(ApiError::InvalidToken(
+                "a refresh token is not an access token".to_owned(),
+            ));
+        }
+        Ok(Self {
+            user: active.user,
+            scopes: active.scopes,
+            client_id: active.client_id,
+            grant_id: active.grant_id,
+        })
+    }
+}
+
+impl FromRequest for Principal {
+    type Error = ApiError;
+    type Future = Pin<Box<dyn Future<Output = Result<Self, Self::Error>>>>;
+
+    fn from_request(req: &HttpRequest, payload: &mut Payload) -> Self::Future {
+        Box::pin(Self::authenticate(req.clone(), payload.take()))
+    }
+}

@@ -1,0 +1,514 @@
+//! Storage of the authorization server: consents, grants, tokens and codes.
+//! Single-use things (codes, refresh tokens) are consumed by one guarded
+//! statement, never found first and deleted after.
+
+use super::{StoreError, User};
+use async_trait::async_trait;
+
+/// One authorization of an app by a user, the family of every token issued
+/// under it.
+#[derive(Debug, Clone)]
+pub struct NewGrant {
+    pub id: String,
+    pub user_id: String,
+    /// `None` for a personal access token.
+    pub client_id: Option<String>,
+    pub scopes: String,
+    /// `token`, `code` or `personal`.
+    pub flow: &'static str,
+    pub created_at: i64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TokenKind {
+    Access,
+    Refresh,
+}
+
+impl TokenKind {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Access => "access",
+            Self::Refresh => "refresh",
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct NewToken {
+    pub digest: String,
+    pub kind: TokenKind,
+    pub created_at: i64,
+    pub expires_at: i64,
+}
+
+#[derive(Debug, Clone)]
+pub struct NewCode {
+    pub digest: String,
+    pub redirect_uri: Option<String>,
+    pub code_challenge: Option<String>,
+    pub created_at: i64,
+    pub expires_at: i64,
+}
+
+/// A grant as stored.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct Grant {
+    pub id: String,
+    pub user_id: String,
+    pub client_id: Option<String>,
+    pub scopes: String,
+    pub flow: String,
+    pub created_at: i64,
+    pub last_used_at: Option<i64>,
+    pub revoked_at: Option<i64>,
+}
+
+/// Everything introspection needs about a token, read in one query.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct TokenRecord {
+    #[sqlx(flatten)]
+    pub user: User,
+    pub token_kind: String,
+    pub expires_at: i64,
+    pub created_at: i64,
+    pub revoked: bool,
+    pub grant_id: String,
+    pub client_id: Option<String>,
+    pub scopes: String,
+    pub app_suspended: bool,
+}
+
+/// A code taken for exchange.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct CodeRecord {
+    pub grant_id: String,
+    pub client_id: Option<String>,
+    pub user_id: String,
+    pub scopes: String,
+    pub redirect_uri: Option<String>,
+    pub code_challenge: Option<String>,
+    pub expires_at: i64,
+}
+
+#[derive(Debug)]
+pub enum CodeUse {
+    /// First use: the code is now spent.
+    First(CodeRecord),
+    /// The code was spent before; its grant (every token issued from it) has
+    /// now been revoked.
+    Replayed,
+    Unknown,
+}
+
+#[derive(Debug)]
+pub enum RefreshUse {
+    /// The refresh token was spent and the new tokens stored under its grant.
+    Rotated(Grant),
+    /// A spent refresh token came back: its whole family is now revoked.
+    Replayed,
+    /// Unknown, expired, revoked, or of another client.
+    Invalid,
+}
+
+#[async_trait]
+pub trait OAuthStore: Send + Sync {
+    async fn has_consent(
+        &self,
+        user_id: &str,
+        client_id: &str,
+        scopes: &str,
+    ) -> Result<bool, StoreError>;
+    async fn insert_consent(
+        &self,
+        user_id: &str,
+        client_id: &str,
+        scopes: &str,
+        at: i64,
+    ) -> Result<(), StoreError>;
+
+    /// Stores a grant and its first tokens together.
+    async fn insert_grant_with_tokens(
+        &self,
+        grant: &NewGrant,
+        tokens: &[NewToken],
+    ) -> Result<(), StoreError>;
+    /// Stores a grant and the code that will later yield its tokens.
+    async fn insert_grant_with_code(
+        &self,
+        grant: &NewGrant,
+        code: &NewCode,
+    ) -> Result<(), StoreError>;
+
+    /// Spends a code of `client_id` at `now`. A replay revokes the code's grant.
+    async fn use_code(
+        &self,
+        digest: &str,
+        client_id: &str,
+        now: i64,
+    ) -> Result<CodeUse, StoreError>;
+    /// Stores tokens under an existing grant.
+    async fn insert_tokens(&self, grant_id: &str, tokens: &[NewToken]) -> Result<(), StoreError>;
+
+    /// Spends a refresh token of `client_id` and stores its successors, in one
+    /// transaction. A replay of a spent refresh token revokes its family.
+    async fn rotate_refresh_token(
+        &self,
+        digest: &str,
+        client_id: &str,
+        now: i64,
+        successors: &[NewToken],
+    ) -> Result<RefreshUse, StoreError>;
+
+    async fn find_token(&self, digest: &str) -> Result<Option<TokenRecord>, StoreError>;
+
+    /// Revokes one token; a refresh token takes its whole family with it. When
+    /// `client_id` is given, only a token of that client is revoked. Returns
+    /// whether a live token was found.
+    async fn revoke_token(
+        &self,
+        digest: &str,
+        client_id: Option<&str>,
+        now: i64,
+    ) -> Result<bool, StoreError>;
+
+    async fn revoke_grant(&self, grant_id: &str, now: i64) -> Result<(), StoreError>;
+}
+
+/// The SQL that reads a token with its grant, user and app.
+pub(crate) fn token_query() -> String {
+    let user_columns: Vec<String> = super::sql::USER_COLUMNS
+        .split(',')
+        .map(|c| format!("u.{}", c.trim()))
+        .collect();
+    format!(
+        "SELECT {}, t.kind AS token_kind, t.expires_at, t.created_at, \
+         (t.revoked_at IS NOT NULL OR g.revoked_at IS NOT NULL) AS revoked, \
+         g.id AS grant_id, g.client_id, g.scopes, \
+         COALESCE(a.suspended, FALSE) AS app_suspended \
+         FROM oauth_tokens t \
+         JOIN oauth_grants g ON g.id = t.grant_id \
+         JOIN users u ON u.id = g.user_id \
+         LEFT JOIN apps a ON a.client_id = g.client_id \
+         WHERE t.digest = $1",
+        user_columns.join(", ")
+    )
+}
+
+macro_rules! impl_oauth_store {
+    ($store:ty) => {
+        #[async_trait::async_trait]
+        impl $crate::store::OAuthStore for $store {
+            #[tracing::instrument(skip_all)]
+            async fn has_consent(
+                &self,
+                user_id: &str,
+                client_id: &str,
+                scopes: &str,
+            ) -> Result<bool, StoreError> {
+                Ok(sqlx::query_scalar(
+                    "SELECT EXISTS (SELECT 1 FROM oauth_consents \
+                     WHERE user_id = $1 AND client_id = $2 AND scopes = $3)",
+                )
+                .bind(user_id)
+                .bind(client_id)
+                .bind(scopes)
+                .fetch_one(self.reader())
+                .await?)
+            }
+
+            #[tracing::instrument(skip_all)]
+            async fn insert_consent(
+                &self,
+                user_id: &str,
+                client_id: &str,
+                scopes: &str,
+                at: i64,
+            ) -> Result<(), StoreError> {
+                let mut tx = self.write().await?;
+                sqlx::query(
+                    "INSERT INTO oauth_consents (user_id, client_id, scopes, created_at) \
+                     VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",
+                )
+                .bind(user_id)
+                .bind(client_id)
+                .bind(scopes)
+                .bind(at)
+                .execute(&mut *tx)
+                .await?;
+                tx.commit().await?;
+                Ok(())
+            }
+
+            #[tracing::instrument(skip_all, fields(flow = grant.flow))]
+            async fn insert_grant_with_tokens(
+                &self,
+                grant: &NewGrant,
+                tokens: &[NewToken],
+            ) -> Result<(), StoreError> {
+                let mut tx = self.write().await?;
+                insert_grant(&mut tx, grant).await?;
+                for token in tokens {
+                    insert_token(&mut tx, &grant.id, token).await?;
+                }
+                tx.commit().await?;
+                Ok(())
+            }
+
+            #[tracing::instrument(skip_all)]
+            async fn insert_grant_with_code(
+                &self,
+                grant: &NewGrant,
+                code: &NewCode,
+            ) -> Result<(), StoreError> {
+                let mut tx = self.write().await?;
+                insert_grant(&mut tx, grant).await?;
+                sqlx::query(
+                    "INSERT INTO oauth_codes (digest, grant_id, redirect_uri, code_challenge, \
+                     created_at, expires_at) VALUES ($1, $2, $3, $4, $5, $6)",
+                )
+                .bind(&code.digest)
+                .bind(&grant.id)
+                .bind(&code.redirect_uri)
+                .bind(&code.code_challenge)
+                .bind(code.created_at)
+                .bind(code.expires_at)
+                .execute(&mut *tx)
+                .await?;
+                tx.commit().await?;
+                Ok(())
+            }
+
+            #[tracing::instrument(skip_all)]
+            async fn use_code(
+                &self,
+                digest: &str,
+                client_id: &str,
+                now: i64,
+            ) -> Result<CodeUse, StoreError> {
+                let mut tx = self.write().await?;
+                let spent: Option<String> = sqlx::query_scalar(
+                    "UPDATE oauth_codes SET used_at = $2 WHERE digest = $1 AND used_at IS NULL \
+                     RETURNING grant_id",
+                )
+                .bind(digest)
+                .bind(now)
+                .fetch_optional(&mut *tx)
+                .await?;
+                let outcome = match spent {
+                    Some(_) => {
+                        let record = sqlx::query_as::<_, CodeRecord>(
+                            "SELECT c.grant_id, g.client_id, g.user_id, g.scopes, c.redirect_uri, \
+                             c.code_challenge, c.expires_at \
+                             FROM oauth_codes c JOIN oauth_grants g ON g.id = c.grant_id \
+                             WHERE c.digest = $1",
+                        )
+                        .bind(digest)
+                        .fetch_one(&mut *tx)
+                        .await?;
+                        if record.client_id.as_deref() == Some(client_id) {
+                            CodeUse::First(record)
+                        } else {
+                            CodeUse::Unknown
+                        }
+                    }
+                    None => {
+                        // Spent before: RFC 6749 §4.1.2 says revoke what it issued.
+                        let grant: Option<String> = sqlx::query_scalar(
+                            "SELECT grant_id FROM oauth_codes WHERE digest = $1",
+                        )
+                        .bind(digest)
+                        .fetch_optional(&mut *tx)
+                        .await?;
+                        match grant {
+                            Some(grant_id) => {
+                                revoke_grant(&mut tx, &grant_id, now).await?;
+                                CodeUse::Replayed
+                            }
+                            None => CodeUse::Unknown,
+                        }
+                    }
+                };
+                tx.commit().await?;
+                Ok(outcome)
+            }
+
+            #[tracing::instrument(skip_all)]
+            async fn insert_tokens(
+                &self,
+                grant_id: &str,
+                tokens: &[NewToken],
+            ) -> Result<(), StoreError> {
+                let mut tx = self.write().await?;
+                for token in tokens {
+                    insert_token(&mut tx, grant_id, token).await?;
+                }
+                tx.commit().await?;
+                Ok(())
+            }
+
+            #[tracing::instrument(skip_all)]
+            async fn rotate_refresh_token(
+                &self,
+                digest: &str,
+                client_id: &str,
+                now: i64,
+                successors: &[NewToken],
+            ) -> Result<RefreshUse, StoreError> {
+                let mut tx = self.write().await?;
+                let spent: Option<String> = sqlx::query_scalar(
+                    "UPDATE oauth_tokens SET used_at = $2 \
+                     WHERE digest = $1 AND kind = 'refresh' AND used_at IS NULL \
+                     AND revoked_at IS NULL AND expires_at > $2 \
+                     AND grant_id IN (SELECT id FROM oauth_grants \
+                                      WHERE client_id = $3 AND revoked_at IS NULL) \
+                     RETURNING grant_id",
+                )
+                .bind(digest)
+                .bind(now)
+                .bind(client_id)
+                .fetch_optional(&mut *tx)
+                .await?;
+                let outcome = match spent {
+                    Some(grant_id) => {
+                        for token in successors {
+                            insert_token(&mut tx, &grant_id, token).await?;
+                        }
+                        let grant = sqlx::query_as::<_, Grant>(
+                            "SELECT id, user_id, client_id, scopes, flow, created_at, \
+                             last_used_at, revoked_at FROM oauth_grants WHERE id = $1",
+                        )
+                        .bind(&grant_id)
+                        .fetch_one(&mut *tx)
+                        .await?;
+                        RefreshUse::Rotated(grant)
+                    }
+                    None => {
+                        let used: Option<(String, Option<i64>)> = sqlx::query_as(
+                            "SELECT t.grant_id, t.used_at FROM oauth_tokens t \
+                             JOIN oauth_grants g ON g.id = t.grant_id \
+                             WHERE t.digest = $1 AND t.kind = 'refresh' AND g.client_id = $2",
+                        )
+                        .bind(digest)
+                        .bind(client_id)
+                        .fetch_optional(&mut *tx)
+                        .await?;
+                        match used {
+                            Some((grant_id, Some(_))) => {
+                                revoke_grant(&mut tx, &grant_id, now).await?;
+                                RefreshUse::Replayed
+                            }
+                            _ => RefreshUse::Invalid,
+                        }
+                    }
+                };
+                tx.commit().await?;
+                Ok(outcome)
+            }
+
+            #[tracing::instrument(skip_all)]
+            async fn find_token(&self, digest: &str) -> Result<Option<TokenRecord>, StoreError> {
+                Ok(sqlx::query_as::<_, TokenRecord>(&$crate::store::oauth::token_query())
+                    .bind(digest)
+                    .fetch_optional(self.reader())
+                    .await?)
+            }
+
+            #[tracing::instrument(skip_all)]
+            async fn revoke_token(
+                &self,
+                digest: &str,
+                client_id: Option<&str>,
+                now: i64,
+            ) -> Result<bool, StoreError> {
+                let mut tx = self.write().await?;
+                let found: Option<(String, String)> = sqlx::query_as(
+                    "UPDATE oauth_tokens SET revoked_at = $2 \
+                     WHERE digest = $1 AND revoked_at IS NULL \
+                     AND ($3 IS NULL OR grant_id IN \
+                          (SELECT id FROM oauth_grants WHERE client_id = $3)) \
+                     RETURNING grant_id, kind",
+                )
+                .bind(digest)
+                .bind(now)
+                .bind(client_id)
+                .fetch_optional(&mut *tx)
+                .await?;
+                if let Some((grant_id, kind)) = &found {
+                    // RFC 7009 §2.1: revoking a refresh token revokes its family.
+                    if kind == "refresh" {
+                        revoke_grant(&mut tx, grant_id, now).await?;
+                    }
+                }
+                tx.commit().await?;
+                Ok(found.is_some())
+            }
+
+            #[tracing::instrument(skip_all)]
+            async fn revoke_grant(&self, grant_id: &str, now: i64) -> Result<(), StoreError> {
+                let mut tx = self.write().await?;
+                revoke_grant(&mut tx, grant_id, now).await?;
+                tx.commit().await?;
+                Ok(())
+            }
+        }
+
+        async fn insert_grant(
+            tx: &mut sqlx::Transaction<'static, Backend>,
+            grant: &NewGrant,
+        ) -> Result<(), StoreError> {
+            sqlx::query(
+                "INSERT INTO oauth_grants (id, user_id, client_id, scopes, flow, created_at) \
+                 VALUES ($1, $2, $3, $4, $5, $6)",
+            )
+            .bind(&grant.id)
+            .bind(&grant.user_id)
+            .bind(&grant.client_id)
+            .bind(&grant.scopes)
+            .bind(grant.flow)
+            .bind(grant.created_at)
+            .execute(&mut **tx)
+            .await?;
+            Ok(())
+        }
+
+        async fn insert_token(
+            tx: &mut sqlx::Transaction<'static, Backend>,
+            grant_id: &str,
+            token: &NewToken,
+        ) -> Result<(), StoreError> {
+            sqlx::query(
+                "INSERT INTO oauth_tokens (digest, grant_id, kind, created_at, expires_at) \
+                 VALUES ($1, $2, $3, $4, $5)",
+            )
+            .bind(&token.digest)
+            .bind(grant_id)
+            .bind(token.kind.as_str())
+            .bind(token.created_at)
+            .bind(token.expires_at)
+            .execute(&mut **tx)
+            .await?;
+            Ok(())
+        }
+
+        async fn revoke_grant(
+            tx: &mut sqlx::Transaction<'static, Backend>,
+            grant_id: &str,
+            now: i64,
+        ) -> Result<(), StoreError> {
+            sqlx::query("UPDATE oauth_grants SET revoked_at = $2 WHERE id = $1 AND revoked_at IS NULL")
+                .bind(grant_id)
+                .bind(now)
+                .execute(&mut **tx)
+                .await?;
+            sqlx::query("UPDATE oauth_tokens SET revoked_at = $2 WHERE grant_id = $1 AND revoked_at IS NULL")
+                .bind(grant_id)
+                .bind(now)
+                .execute(&mut **tx)
+                .await?;
+            Ok(())
+        }
+    };
+}
+
+pub(crate) use impl_oauth_store;
