@@ -123,10 +123,13 @@ impl Application {
     }
 }
 
-/// Every route of the service.
+/// Every route of the service. Everything under `/v1` lives in one scope (actix
+/// gives a request to the first scope whose prefix matches); each area adds its
+/// routes in its own `configure`.
 fn routes(cfg: &mut web::ServiceConfig) {
     cfg.route("/healthz", web::get().to(api::health::healthz))
-        .route("/readyz", web::get().to(api::health::readyz));
+        .route("/readyz", web::get().to(api::health::readyz))
+        .service(web::scope("/v1").configure(api::configure));
 }
 
 fn load_tls(files: &TlsFiles) -> anyhow::Result<rustls::ServerConfig> {

@@ -6,3 +6,6 @@ pub mod health;
 pub mod params;
 
 pub use error::ApiError;
+
+/// The REST API's routes, registered inside the `/v1` scope.
+pub fn configure(_cfg: &mut actix_web::web::ServiceConfig) {}
