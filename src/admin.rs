@@ -131,16 +131,23 @@ pub async fn find_user(store: &dyn Store, username: &str) -> Result<User, AdminE
         .ok_or_else(|| AdminError::UnknownUser(username.to_owned()))
 }
 
+/// Sets account flags. Verifying an account verifies its e-mail and phone, which
+/// claims the pending payments sent to them; claimed pays settle after
+/// `settlement_delay`.
 pub async fn user_flags(
     store: &dyn Store,
     username: &str,
     flags: UserFlags,
+    settlement_delay: std::time::Duration,
 ) -> Result<UserStatus, AdminError> {
     let user = find_user(store, username).await?;
     let user = store
         .update_user_flags(&user.id, flags)
         .await?
         .ok_or_else(|| AdminError::UnknownUser(username.to_owned()))?;
+    if flags.verified == Some(true) {
+        ledger::claim(store, &user, settlement_delay, now_micros()).await?;
+    }
     Ok(UserStatus {
         id: user.id,
         username: user.username,

@@ -200,7 +200,9 @@ async fn run_admin(args: AdminArgs, settings: Settings) -> ExitCode {
     let store = store.as_ref();
     let json = args.json;
     match args.command {
-        AdminCommand::User(command) => user_command(json, store, command).await,
+        AdminCommand::User(command) => {
+            user_command(json, store, command, settings.settlement_delay).await
+        }
         AdminCommand::App(AppCommand::Add {
             owner,
             name,
@@ -242,7 +244,12 @@ async fn run_admin(args: AdminArgs, settings: Settings) -> ExitCode {
     }
 }
 
-async fn user_command(json: bool, store: &dyn Store, command: UserCommand) -> ExitCode {
+async fn user_command(
+    json: bool,
+    store: &dyn Store,
+    command: UserCommand,
+    settlement_delay: std::time::Duration,
+) -> ExitCode {
     let (username, flags) = match command {
         UserCommand::Add {
             username,
@@ -275,7 +282,7 @@ async fn user_command(json: bool, store: &dyn Store, command: UserCommand) -> Ex
     };
     report(
         json,
-        admin::user_flags(store, &username, flags).await,
+        admin::user_flags(store, &username, flags, settlement_delay).await,
         |u| {
             format!(
                 "{}: verified={} suspended={}",

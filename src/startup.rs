@@ -7,6 +7,7 @@ use crate::config::{Settings, TlsFiles};
 use crate::oauth::credentials;
 use crate::store::{self, Store};
 use crate::telemetry;
+use crate::workers;
 use actix_web::dev::Server;
 use actix_web::middleware::from_fn;
 use actix_web::{web, App, HttpServer};
@@ -64,6 +65,7 @@ pub struct Application {
     port: u16,
     public_origin: String,
     server: Server,
+    workers: tokio::task::JoinHandle<()>,
 }
 
 impl Application {
@@ -81,6 +83,7 @@ impl Application {
             .mask_unmatched_patterns("UNMATCHED")
             .build()
             .map_err(|e| anyhow::anyhow!("cannot set up metrics: {e}"))?;
+        let workers = workers::spawn(store.clone());
         let state = web::Data::new(AppState {
             store,
             settings: Arc::new(settings),
@@ -107,6 +110,7 @@ impl Application {
             port: bound.port(),
             public_origin,
             server,
+            workers,
         })
     }
 
@@ -118,8 +122,11 @@ impl Application {
         &self.public_origin
     }
 
+    /// Serves until the server stops, then stops the background workers.
     pub async fn run_until_stopped(self) -> std::io::Result<()> {
-        self.server.await
+        let result = self.server.await;
+        self.workers.abort();
+        result
     }
 }
 
@@ -129,7 +136,11 @@ impl Application {
 fn routes(cfg: &mut web::ServiceConfig) {
     cfg.route("/healthz", web::get().to(api::health::healthz))
         .route("/readyz", web::get().to(api::health::readyz))
-        .service(web::scope("/v1").configure(api::configure));
+        .service(
+            web::scope("/v1")
+                .configure(api::configure)
+                .default_service(web::to(api::not_found)),
+        );
 }
 
 fn load_tls(files: &TlsFiles) -> anyhow::Result<rustls::ServerConfig> {

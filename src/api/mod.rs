@@ -4,8 +4,60 @@
 pub mod error;
 pub mod health;
 pub mod params;
+pub mod payments;
+pub mod query;
+pub mod render;
+pub mod users;
 
 pub use error::ApiError;
 
-/// The REST API's routes, registered inside the `/v1` scope.
-pub fn configure(_cfg: &mut actix_web::web::ServiceConfig) {}
+use actix_web::{web, HttpResponse};
+
+/// Declares the REST routes once: `ROUTES` (what the OpenAPI test compares the
+/// document against) and `configure` (what actix serves) come from one table.
+/// A path that exists answers other methods with 405 `method_not_allowed`.
+macro_rules! rest_routes {
+    ($($path:literal => { $($method:ident => $handler:path),+ $(,)? }),+ $(,)?) => {
+        /// Every REST route under `/v1`, as (method, path) in actix/OpenAPI syntax.
+        pub const ROUTES: &[(&str, &str)] = &[$($((stringify!($method), $path),)+)+];
+
+        /// The REST API's routes, registered inside the `/v1` scope.
+        pub fn configure(cfg: &mut web::ServiceConfig) {
+            $(
+                cfg.service(
+                    web::resource($path)
+                        $(.route(web::$method().to($handler)))+
+                        .default_service(web::to(method_not_allowed)),
+                );
+            )+
+        }
+    };
+}
+
+rest_routes! {
+    "/me" => { get => users::me },
+    "/users" => { get => users::search },
+    "/users/{user_id}" => { get => users::show },
+    "/users/{user_id}/friends" => { get => users::friends },
+    "/payments" => { get => payments::list, post => payments::create },
+    "/payments/{payment_id}" => { get => payments::show, put => payments::update },
+    "/openapi.json" => { get => openapi },
+}
+
+/// The OpenAPI 3.1 document of the REST API and the OAuth endpoints.
+pub const OPENAPI: &str = include_str!("../../openapi.json");
+
+async fn openapi() -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type("application/json")
+        .body(OPENAPI)
+}
+
+/// Any path under `/v1` that no route serves.
+pub async fn not_found() -> Result<HttpResponse, ApiError> {
+    Err(ApiError::NotFound)
+}
+
+pub async fn method_not_allowed() -> Result<HttpResponse, ApiError> {
+    Err(ApiError::MethodNotAllowed)
+}

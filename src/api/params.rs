@@ -144,13 +144,43 @@ fn parse_json(body: &[u8]) -> Result<Vec<(String, ParamValue)>, ApiError> {
         .collect()
 }
 
+/// The body of a request, shared by its extractors. actix calls every
+/// extractor's `from_request` before polling any of them, so only the first one
+/// sees the payload; it leaves it here, and whichever future runs first parses it
+/// while the others wait and then reuse the cached `Params`.
+#[derive(Clone)]
+pub struct BodySlot(Rc<tokio::sync::Mutex<Option<Payload>>>);
+
+impl BodySlot {
+    /// The request's slot, creating it with the payload on the first call.
+    pub fn of(req: &HttpRequest, payload: &mut Payload) -> Self {
+        if let Some(slot) = req.extensions().get::<BodySlot>() {
+            return slot.clone();
+        }
+        let slot = BodySlot(Rc::new(tokio::sync::Mutex::new(Some(payload.take()))));
+        req.extensions_mut().insert(slot.clone());
+        slot
+    }
+
+    /// The request's parameters, parsed once.
+    pub async fn params(&self, req: &HttpRequest) -> Result<Params, ApiError> {
+        let mut body = self.0.lock().await;
+        let cached = req.extensions().get::<Params>().cloned();
+        if let Some(params) = cached {
+            return Ok(params);
+        }
+        let mut payload = body.take().unwrap_or(Payload::None);
+        Params::extract(req, &mut payload).await
+    }
+}
+
 impl FromRequest for Params {
     type Error = ApiError;
     type Future = Pin<Box<dyn Future<Output = Result<Self, Self::Error>>>>;
 
     fn from_request(req: &HttpRequest, payload: &mut Payload) -> Self::Future {
         let req = req.clone();
-        let mut payload = payload.take();
-        Box::pin(async move { Params::extract(&req, &mut payload).await })
+        let slot = BodySlot::of(&req, payload);
+        Box::pin(async move { slot.params(&req).await })
     }
 }

@@ -1,7 +1,7 @@
 //! The token owner of an API request. A handler that takes a `Principal` cannot
 //! run without a live token (DESIGN habit 4).
 
-use crate::api::params::Params;
+use crate::api::params::BodySlot;
 use crate::api::ApiError;
 use crate::domain::{Scope, ScopeSet};
 use crate::oauth::{self, IntrospectError};
@@ -46,8 +46,8 @@ impl Principal {
         }
     }
 
-    async fn authenticate(req: HttpRequest, mut payload: Payload) -> Result<Self, ApiError> {
-        let params = Params::extract(&req, &mut payload).await?;
+    async fn authenticate(req: HttpRequest, body: BodySlot) -> Result<Self, ApiError> {
+        let params = body.params(&req).await?;
         let from_header = match req.headers().get(AUTHORIZATION) {
             None => None,
             Some(value) => {
@@ -110,6 +110,6 @@ impl FromRequest for Principal {
     type Future = Pin<Box<dyn Future<Output = Result<Self, Self::Error>>>>;
 
     fn from_request(req: &HttpRequest, payload: &mut Payload) -> Self::Future {
-        Box::pin(Self::authenticate(req.clone(), payload.take()))
+        Box::pin(Self::authenticate(req.clone(), BodySlot::of(req, payload)))
     }
 }

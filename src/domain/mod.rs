@@ -4,6 +4,7 @@
 mod amount;
 mod contact;
 mod ids;
+mod payment;
 mod redirect_url;
 mod scope;
 mod time;
@@ -12,7 +13,10 @@ mod username;
 pub use amount::{Amount, AmountError, Money};
 pub use contact::{Email, EmailError, Phone, PhoneError};
 pub use ids::new_id;
+pub use payment::{Audience, AudienceError, Medium, Note, NoteError, PaymentAction, PaymentStatus};
 pub use redirect_url::{RedirectUrl, RedirectUrlError};
 pub use scope::{Scope, ScopeError, ScopeSet};
-pub use time::{format_datetime, now_micros, Timestamp};
+pub use time::{
+    format_datetime, format_datetime_exact, now_micros, parse_datetime, DatetimeError, Timestamp,
+};
 pub use username::{Password, PasswordError, Username, UsernameError};

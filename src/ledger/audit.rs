@@ -1,6 +1,7 @@
 //! The ledger check behind `tally admin audit`: every balance must equal the sum
 //! of its ledger entries, no balance may be negative, every movement and the
-//! whole ledger must sum to zero.
+//! whole ledger must sum to zero, and `@held` must hold exactly the amounts of
+//! the pending pays.
 
 use crate::domain::Money;
 use crate::store::{accounts, Store, StoreError};
@@ -33,6 +34,8 @@ pub enum Discrepancy {
     },
     /// One movement's entries do not sum to zero: money was created or lost.
     UnbalancedMovement { movement: String, sum: Money },
+    /// The money held for pending pays differs from the sum of their amounts.
+    HeldMismatch { held: Money, pending_pays: Money },
     /// Ledger entries for an account that is neither a user nor a system account.
     UnknownAccount { account: String, ledger: Money },
 }
@@ -74,6 +77,13 @@ pub async fn run(store: &dyn Store) -> Result<AuditReport, StoreError> {
         });
     }
     ledger.remove(accounts::EXTERNAL);
+    let held = ledger.remove(accounts::HELD).unwrap_or(0);
+    if held != snapshot.pending_pay_cents {
+        discrepancies.push(Discrepancy::HeldMismatch {
+            held: Money::from_cents(held),
+            pending_pays: Money::from_cents(snapshot.pending_pay_cents),
+        });
+    }
     let mut unknown: Vec<_> = ledger.into_iter().collect();
     unknown.sort();
     for (account, cents) in unknown {

@@ -2,6 +2,9 @@
 //! atomically; knows nothing of HTTP.
 
 pub mod audit;
+pub mod payments;
+
+pub use payments::claim;
 
 use crate::domain::{new_id, now_micros, Amount, Money};
 use crate::store::{accounts, Movement, Store, StoreError};

@@ -78,6 +78,8 @@ pub struct NewApp {
 pub mod accounts {
     /// Where deposits come from: its balance is minus everything ever deposited.
     pub const EXTERNAL: &str = "@external";
+    /// Money held for pending pays: its balance is the sum of their amounts.
+    pub const HELD: &str = "@held";
 }
 
 /// One movement of money: `cents` go from `from` to `to`, written as two ledger
@@ -112,4 +114,6 @@ pub struct AuditSnapshot {
     pub ledger_sums: Vec<LedgerSum>,
     /// Movements whose entries do not sum to zero.
     pub unbalanced_movements: Vec<LedgerSum>,
+    /// The sum of the amounts of pending pays, which `@held` must hold.
+    pub pending_pay_cents: i64,
 }

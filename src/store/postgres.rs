@@ -1,4 +1,5 @@
 use super::oauth::impl_oauth_store;
+use super::payments::impl_payment_store;
 use super::sql::impl_store;
 use super::*;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
@@ -47,7 +48,11 @@ impl PgStore {
     }
 }
 
+/// Workers pass by payments another instance is already working on.
+const SKIP_LOCKED: &str = " FOR UPDATE SKIP LOCKED";
+
 type Backend = Postgres;
 
 impl_store!(PgStore, "postgres");
 impl_oauth_store!(PgStore);
+impl_payment_store!(PgStore);

@@ -283,11 +283,18 @@ macro_rules! impl_store {
                 )
                 .fetch_all(&mut *tx)
                 .await?;
+                let pending_pay_cents: i64 = sqlx::query_scalar(
+                    "SELECT CAST(COALESCE(SUM(amount_cents), 0) AS BIGINT) FROM payments \
+                     WHERE kind = 'payment' AND action = 'pay' AND status = 'pending'",
+                )
+                .fetch_one(&mut *tx)
+                .await?;
                 tx.commit().await?;
                 Ok(AuditSnapshot {
                     balances,
                     ledger_sums,
                     unbalanced_movements,
+                    pending_pay_cents,
                 })
             }
         }

@@ -1,4 +1,5 @@
 use super::oauth::impl_oauth_store;
+use super::payments::impl_payment_store;
 use super::sql::impl_store;
 use super::*;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
@@ -56,7 +57,11 @@ impl SqliteStore {
     }
 }
 
+/// SQLite has one writer, so a write transaction already excludes every other.
+const SKIP_LOCKED: &str = "";
+
 type Backend = Sqlite;
 
 impl_store!(SqliteStore, "sqlite");
 impl_oauth_store!(SqliteStore);
+impl_payment_store!(SqliteStore);

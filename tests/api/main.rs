@@ -3,9 +3,12 @@
 //! One integration binary: the real application over HTTP, the real `tally`
 //! binary, and the store conformance suite, each on SQLite and on PostgreSQL.
 
+mod fixtures;
 mod helpers;
 
 mod cli;
 mod config;
 mod health;
+mod payments_api;
 mod store_conformance;
+mod users_api;

@@ -1,0 +1,56 @@
+-- Payments and charges, their refunds, who may list them, and idempotency keys.
+-- Times are microseconds since the Unix epoch (UTC); money is integer cents.
+
+CREATE TABLE payments (
+    id TEXT PRIMARY KEY NOT NULL,
+    -- 'payment' (made by a user) or 'refund' (returns the money of another).
+    kind TEXT NOT NULL,
+    -- NULL only for a refund of a payment that never reached an account.
+    actor_id TEXT REFERENCES users (id),
+    -- How the target was addressed: 'user', 'email' or 'phone'.
+    target_type TEXT NOT NULL,
+    -- Set when the address belongs to an account (at once, or when claimed).
+    target_user_id TEXT REFERENCES users (id),
+    target_email TEXT,
+    target_phone TEXT,
+    action TEXT NOT NULL CHECK (action IN ('pay', 'charge')),
+    amount_cents INTEGER NOT NULL CHECK (amount_cents > 0),
+    note TEXT NOT NULL,
+    audience TEXT NOT NULL,
+    status TEXT NOT NULL,
+    medium TEXT NOT NULL,
+    date_created INTEGER NOT NULL,
+    date_completed INTEGER,
+    -- A pending pay to an account settles once this time has passed.
+    settle_after INTEGER,
+    -- A pending payment to an unclaimed address expires at this time.
+    expires_at INTEGER,
+    refund_payment_id TEXT REFERENCES payments (id)
+);
+CREATE INDEX payments_settlement ON payments (status, settle_after);
+CREATE INDEX payments_expiry ON payments (status, expires_at);
+CREATE INDEX payments_target_email ON payments (target_email) WHERE target_email IS NOT NULL;
+CREATE INDEX payments_target_phone ON payments (target_phone) WHERE target_phone IS NOT NULL;
+
+-- The users a payment belongs to (actor and target account), keyed for keyset
+-- paging of one user's history, newest first.
+CREATE TABLE payment_parties (
+    user_id TEXT NOT NULL REFERENCES users (id),
+    date_created INTEGER NOT NULL,
+    payment_id TEXT NOT NULL REFERENCES payments (id),
+    PRIMARY KEY (user_id, date_created, payment_id)
+);
+
+-- The first answer to a POST /payments with an Idempotency-Key, per owner.
+CREATE TABLE idempotency_keys (
+    owner_id TEXT NOT NULL REFERENCES users (id),
+    key TEXT NOT NULL,
+    -- SHA-256 of the parsed parameters: the same key with others is a conflict.
+    fingerprint TEXT NOT NULL,
+    payment_id TEXT REFERENCES payments (id),
+    balance_cents INTEGER,
+    created_at INTEGER NOT NULL,
+    PRIMARY KEY (owner_id, key)
+);
+
+CREATE INDEX ledger_entries_payment ON ledger_entries (payment_id) WHERE payment_id IS NOT NULL;

@@ -1,0 +1,309 @@
+//! `/payments`: make, list, show and update payments and charges. Handlers parse
+//! into domain types, `ledger::payments` decides, the store commits.
+
+use super::params::{ParamValue, Params};
+use super::query::{self, given};
+use super::render::{self, Page, Pagination, PaymentView, Related};
+use super::ApiError;
+use crate::auth::Principal;
+use crate::domain::{
+    format_datetime_exact, now_micros, Amount, AmountError, Audience, Email, Medium, Money, Note,
+    PaymentAction, PaymentStatus, Phone, Scope,
+};
+use crate::ledger::payments::{
+    self as rules, CreateError, PaymentRequest, TargetAddress, Timing, Update, UpdateError,
+};
+use crate::startup::AppState;
+use crate::store::{kinds, Payment, PaymentFilter};
+use actix_web::{web, HttpRequest, HttpResponse};
+use serde::Serialize;
+
+/// The answer of POST and PUT: the payment and, with `access_balance`, the token
+/// owner's balance afterwards.
+#[derive(Serialize)]
+struct Made {
+    balance: Option<Money>,
+    payment: PaymentView,
+}
+
+/// Largest amount one payment may move (SPEC §4).
+const MAX_AMOUNT: Money = Money::from_cents(500_000);
+
+fn parse_amount(params: &Params) -> Result<Amount, ApiError> {
+    let text = match params.get("amount") {
+        None | Some(ParamValue::Null) => return Err(ApiError::MissingParameter("amount")),
+        Some(ParamValue::Text(s) | ParamValue::Number(s)) => s,
+        Some(_) => return Err(ApiError::InvalidAmount(AmountError::NotANumber.to_string())),
+    };
+    let amount = Amount::parse(text).map_err(|e| ApiError::InvalidAmount(e.to_string()))?;
+    if amount.cents().abs() > MAX_AMOUNT.cents() {
+        return Err(ApiError::InvalidAmount(format!(
+            "amount must be at most {MAX_AMOUNT} in absolute value"
+        )));
+    }
+    Ok(amount)
+}
+
+fn parse_target(params: &Params) -> Result<TargetAddress, ApiError> {
+    let invalid = |e: ApiError| ApiError::InvalidTarget(e.to_string());
+    let user_id = given(params, "user_id").map_err(invalid)?;
+    let email = given(params, "email").map_err(invalid)?;
+    let phone = given(params, "phone").map_err(invalid)?;
+    match (user_id, email, phone) {
+        (Some(id), None, None) => Ok(TargetAddress::UserId(id.trim().to_owned())),
+        (None, Some(email), None) => Email::parse(email)
+            .map(TargetAddress::Email)
+            .map_err(|e| ApiError::InvalidTarget(e.to_string())),
+        (None, None, Some(phone)) => Phone::parse(phone)
+            .map(TargetAddress::Phone)
+            .map_err(|e| ApiError::InvalidTarget(e.to_string())),
+        _ => Err(ApiError::InvalidTarget(
+            "give exactly one of user_id, email or phone".to_owned(),
+        )),
+    }
+}
+
+fn parse_note(params: &Params) -> Result<Note, ApiError> {
+    match params.get("note") {
+        None | Some(ParamValue::Null) => Err(ApiError::MissingParameter("note")),
+        Some(ParamValue::Text(s) | ParamValue::Number(s)) => {
+            Note::parse(s).map_err(|e| ApiError::InvalidNote(e.to_string()))
+        }
+        Some(_) => Err(ApiError::InvalidNote("note must be text".to_owned())),
+    }
+}
+
+fn parse_audience(params: &Params) -> Result<Audience, ApiError> {
+    let invalid =
+        || ApiError::InvalidAudience("audience must be public, friends or private".into());
+    match params.get("audience") {
+        None | Some(ParamValue::Null) => Ok(Audience::default()),
+        Some(ParamValue::Text(s)) if s.trim().is_empty() => Ok(Audience::default()),
+        Some(ParamValue::Text(s)) => Audience::parse(s).map_err(|_| invalid()),
+        Some(_) => Err(invalid()),
+    }
+}
+
+/// The `Idempotency-Key` header: 1 to 255 visible ASCII characters.
+fn idempotency_key(req: &HttpRequest) -> Result<Option<String>, ApiError> {
+    let Some(value) = req.headers().get("idempotency-key") else {
+        return Ok(None);
+    };
+    let key = value.to_str().unwrap_or("").trim();
+    if key.is_empty() || key.len() > 255 || !key.chars().all(|c| c.is_ascii_graphic()) {
+        return Err(ApiError::InvalidRequest(
+            "Idempotency-Key must be 1 to 255 visible ASCII characters".to_owned(),
+        ));
+    }
+    Ok(Some(key.to_owned()))
+}
+
+fn balance_for(principal: &Principal, balance: Money) -> Option<Money> {
+    principal.has(Scope::AccessBalance).then_some(balance)
+}
+
+#[tracing::instrument(skip_all)]
+pub async fn create(
+    state: web::Data<AppState>,
+    principal: Principal,
+    params: Params,
+    req: HttpRequest,
+) -> Result<HttpResponse, ApiError> {
+    principal.require(Scope::MakePayments)?;
+    let key = idempotency_key(&req)?;
+    let request = PaymentRequest {
+        target: parse_target(&params)?,
+        amount: parse_amount(&params)?,
+        note: parse_note(&params)?,
+        audience: parse_audience(&params)?,
+        medium: Medium::Api,
+    };
+    let made = rules::create(
+        state.store.as_ref(),
+        &principal.user,
+        request,
+        key.as_deref(),
+        Timing::from(state.settings.as_ref()),
+        now_micros(),
+    )
+    .await
+    .map_err(|e| match e {
+        CreateError::InvalidTarget(m) => ApiError::InvalidTarget(m),
+        CreateError::InsufficientFunds => ApiError::InsufficientFunds,
+        CreateError::IdempotencyConflict => ApiError::IdempotencyConflict,
+        CreateError::Store(e) => e.into(),
+    })?;
+    let related = Related::load(state.store.as_ref(), std::slice::from_ref(&made.payment)).await?;
+    let mut response = HttpResponse::Ok();
+    if made.replayed {
+        response.insert_header(("Idempotent-Replayed", "true"));
+    }
+    Ok(response.json(render::Data {
+        data: Made {
+            balance: balance_for(&principal, made.actor_balance),
+            payment: related.view(&made.payment),
+        },
+    }))
+}
+
+#[tracing::instrument(skip_all)]
+pub async fn list(
+    state: web::Data<AppState>,
+    principal: Principal,
+    params: Params,
+) -> Result<HttpResponse, ApiError> {
+    principal.require_any(&[Scope::AccessProfile, Scope::AccessPaymentHistory])?;
+    let limit = query::limit(&params)?;
+    let action = given(&params, "action")?
+        .map(|text| {
+            PaymentAction::parse(text)
+                .ok_or_else(|| ApiError::InvalidRequest("action must be pay or charge".into()))
+        })
+        .transpose()?;
+    let actor_ids: Vec<String> = given(&params, "actor")?
+        .map(|text| {
+            text.split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_default();
+    if actor_ids.len() > 50 {
+        return Err(ApiError::InvalidRequest(
+            "actor may name at most 50 users".to_owned(),
+        ));
+    }
+    let statuses: Vec<PaymentStatus> = given(&params, "status")?
+        .map(|text| {
+            text.split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(|s| {
+                    PaymentStatus::parse(s).ok_or_else(|| {
+                        ApiError::InvalidRequest(format!(
+                            "status '{s}' is not one of settled, pending, failed, expired, cancelled"
+                        ))
+                    })
+                })
+                .collect::<Result<_, _>>()
+        })
+        .transpose()?
+        .unwrap_or_default();
+    let after = query::datetime(&params, "after")?;
+    let before = query::datetime(&params, "before")?;
+    let before_id = given(&params, "before_id")?.map(|s| s.trim().to_owned());
+    if before_id.is_some() && before.is_none() {
+        return Err(ApiError::InvalidRequest(
+            "before_id is only meaningful with before".to_owned(),
+        ));
+    }
+    let mut payments = state
+        .store
+        .list_payments(&PaymentFilter {
+            owner_id: principal.user.id.clone(),
+            action: action.map(PaymentAction::as_str),
+            actor_ids: actor_ids.clone(),
+            statuses: statuses.iter().map(|s| s.as_str()).collect(),
+            after,
+            before: before.map(|at| (at, before_id)),
+            limit: limit + 1,
+        })
+        .await?;
+    let more = payments.len() as i64 > limit;
+    payments.truncate(limit as usize);
+    let next = match payments.last() {
+        // The next page starts strictly below the last item by (time, id), so
+        // items sharing one timestamp are neither skipped nor repeated.
+        Some(last) if more => {
+            let mut pairs = vec![
+                ("limit", limit.to_string()),
+                ("before", format_datetime_exact(last.date_created)),
+                ("before_id", last.id.clone()),
+            ];
+            if let Some(action) = action {
+                pairs.push(("action", action.as_str().to_owned()));
+            }
+            if !actor_ids.is_empty() {
+                pairs.push(("actor", actor_ids.join(",")));
+            }
+            if !statuses.is_empty() {
+                let names: Vec<&str> = statuses.iter().map(|s| s.as_str()).collect();
+                pairs.push(("status", names.join(",")));
+            }
+            if let Some(after) = after {
+                pairs.push(("after", format_datetime_exact(after)));
+            }
+            Some(query::page_url(&state.public_origin, "/payments", &pairs))
+        }
+        _ => None,
+    };
+    let related = Related::load(state.store.as_ref(), &payments).await?;
+    Ok(HttpResponse::Ok().json(Page {
+        data: payments.iter().map(|p| related.view(p)).collect(),
+        pagination: Pagination { next },
+    }))
+}
+
+fn payment_id(req: &HttpRequest) -> &str {
+    req.match_info().get("payment_id").unwrap_or("")
+}
+
+/// A payment the user is a party of; anything else is 404.
+async fn visible_payment(state: &AppState, user_id: &str, id: &str) -> Result<Payment, ApiError> {
+    state
+        .store
+        .find_payments(&[id.to_owned()])
+        .await?
+        .into_iter()
+        .find(|p| rules::is_party(p, user_id))
+        .ok_or(ApiError::NotFound)
+}
+
+#[tracing::instrument(skip_all)]
+pub async fn show(
+    state: web::Data<AppState>,
+    principal: Principal,
+    req: HttpRequest,
+) -> Result<HttpResponse, ApiError> {
+    principal.require_any(&[Scope::AccessProfile, Scope::AccessPaymentHistory])?;
+    let payment = visible_payment(&state, &principal.user.id, payment_id(&req)).await?;
+    let related = Related::load(state.store.as_ref(), std::slice::from_ref(&payment)).await?;
+    Ok(render::ok(related.view(&payment)))
+}
+
+#[tracing::instrument(skip_all)]
+pub async fn update(
+    state: web::Data<AppState>,
+    principal: Principal,
+    params: Params,
+    req: HttpRequest,
+) -> Result<HttpResponse, ApiError> {
+    principal.require(Scope::MakePayments)?;
+    let update = Update::parse(params.required("action")?).ok_or_else(|| {
+        ApiError::InvalidRequest("action must be approve, deny or cancel".to_owned())
+    })?;
+    let updated = rules::update(
+        state.store.as_ref(),
+        &principal.user,
+        payment_id(&req),
+        update,
+        now_micros(),
+    )
+    .await
+    .map_err(|e| match e {
+        UpdateError::NotFound => ApiError::NotFound,
+        UpdateError::InvalidState => ApiError::InvalidState,
+        UpdateError::NotAllowed(m) => ApiError::ActionNotAllowed(m.to_owned()),
+        UpdateError::InsufficientFunds => ApiError::InsufficientFunds,
+        UpdateError::Store(e) => e.into(),
+    })?;
+    let related = Related::load(state.store.as_ref(), std::slice::from_ref(&updated.payment))
+        .await?
+        .with_refund(updated.refund);
+    debug_assert!(updated.payment.kind == kinds::PAYMENT);
+    Ok(render::ok(Made {
+        balance: balance_for(&principal, updated.balance),
+        payment: related.view(&updated.payment),
+    }))
+}

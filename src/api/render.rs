@@ -1,0 +1,167 @@
+//! The JSON shapes of SPEC §3 and the `data` / `pagination` envelope. Every field
+//! is always written (`null` when it has no value). Money goes through `Money`'s
+//! own serializer, so these structs are serialized directly, never through
+//! `serde_json::Value`.
+
+use crate::domain::{format_datetime, Money};
+use crate::store::{Payment, Store, StoreError, User};
+use actix_web::HttpResponse;
+use serde::Serialize;
+use std::collections::{HashMap, HashSet};
+
+#[derive(Serialize)]
+pub struct Data<T> {
+    pub data: T,
+}
+
+#[derive(Serialize)]
+pub struct Page<T> {
+    pub data: Vec<T>,
+    pub pagination: Pagination,
+}
+
+#[derive(Serialize)]
+pub struct Pagination {
+    /// The absolute URL of the next page, or null on the last page.
+    pub next: Option<String>,
+}
+
+pub fn ok<T: Serialize>(data: T) -> HttpResponse {
+    HttpResponse::Ok().json(Data { data })
+}
+
+/// The user object, wherever a user appears.
+#[derive(Debug, Serialize)]
+pub struct UserView {
+    pub id: String,
+    pub username: String,
+    pub first_name: String,
+    pub last_name: String,
+    pub display_name: String,
+    pub about: String,
+    pub profile_picture_url: Option<String>,
+    pub date_joined: String,
+}
+
+impl From<&User> for UserView {
+    fn from(user: &User) -> Self {
+        let full = format!("{} {}", user.first_name, user.last_name);
+        let full = full.trim();
+        Self {
+            id: user.id.clone(),
+            username: user.username.clone(),
+            first_name: user.first_name.clone(),
+            last_name: user.last_name.clone(),
+            display_name: if full.is_empty() {
+                user.username.clone()
+            } else {
+                full.to_owned()
+            },
+            about: user.about.clone(),
+            profile_picture_url: user.profile_picture_url.clone(),
+            date_joined: format_datetime(user.date_joined),
+        }
+    }
+}
+
+#[derive(Serialize)]
+pub struct TargetView {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub email: Option<String>,
+    pub phone: Option<String>,
+    pub user: Option<UserView>,
+}
+
+#[derive(Serialize)]
+pub struct PaymentView {
+    pub id: String,
+    pub status: String,
+    pub action: String,
+    pub amount: Money,
+    pub note: String,
+    pub audience: String,
+    pub date_created: String,
+    pub date_completed: Option<String>,
+    pub actor: Option<UserView>,
+    pub target: TargetView,
+    /// Tally charges no fees.
+    pub fee: Option<Money>,
+    pub refund: Option<Box<PaymentView>>,
+    pub medium: String,
+}
+
+/// The users and refunds a set of payments mentions, loaded in two queries.
+#[derive(Default)]
+pub struct Related {
+    users: HashMap<String, User>,
+    refunds: HashMap<String, Payment>,
+}
+
+impl Related {
+    pub async fn load(store: &dyn Store, payments: &[Payment]) -> Result<Self, StoreError> {
+        let refund_ids: Vec<String> = payments
+            .iter()
+            .filter_map(|p| p.refund_payment_id.clone())
+            .collect();
+        let refunds = store.find_payments(&refund_ids).await?;
+        let user_ids: HashSet<String> = payments
+            .iter()
+            .chain(refunds.iter())
+            .flat_map(|p| [p.actor_id.clone(), p.target_user_id.clone()])
+            .flatten()
+            .collect();
+        let users = store
+            .find_users(&user_ids.into_iter().collect::<Vec<_>>())
+            .await?;
+        Ok(Self {
+            users: users.into_iter().map(|u| (u.id.clone(), u)).collect(),
+            refunds: refunds.into_iter().map(|r| (r.id.clone(), r)).collect(),
+        })
+    }
+
+    /// Adds a refund known without a look-up.
+    pub fn with_refund(mut self, refund: Option<Payment>) -> Self {
+        if let Some(refund) = refund {
+            self.refunds.insert(refund.id.clone(), refund);
+        }
+        self
+    }
+
+    fn user(&self, id: Option<&String>) -> Option<UserView> {
+        id.and_then(|id| self.users.get(id)).map(UserView::from)
+    }
+
+    pub fn view(&self, p: &Payment) -> PaymentView {
+        let target_user = self.user(p.target_user_id.as_ref());
+        let (email, phone) = if p.target_user_id.is_some() {
+            (None, None)
+        } else {
+            (p.target_email.clone(), p.target_phone.clone())
+        };
+        PaymentView {
+            id: p.id.clone(),
+            status: p.status.clone(),
+            action: p.action.clone(),
+            amount: Money::from_cents(p.amount_cents),
+            note: p.note.clone(),
+            audience: p.audience.clone(),
+            date_created: format_datetime(p.date_created),
+            date_completed: p.date_completed.map(format_datetime),
+            actor: self.user(p.actor_id.as_ref()),
+            target: TargetView {
+                kind: p.target_type.clone(),
+                email,
+                phone,
+                user: target_user,
+            },
+            fee: None,
+            refund: p
+                .refund_payment_id
+                .as_ref()
+                .and_then(|id| self.refunds.get(id))
+                .map(|r| Box::new(self.view(r))),
+            medium: p.medium.clone(),
+        }
+    }
+}

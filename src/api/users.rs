@@ -1,0 +1,164 @@
+//! `/me`, `/users/:user_id`, `/users?query=` and `/users/:user_id/friends`.
+
+use super::params::Params;
+use super::query::{self, given};
+use super::render::{self, Page, Pagination, UserView};
+use super::ApiError;
+use crate::auth::Principal;
+use crate::domain::{Email, Money, Phone, Scope};
+use crate::startup::AppState;
+use crate::store::{User, UserKey, UserSearch};
+use actix_web::{web, HttpRequest, HttpResponse};
+use serde::Serialize;
+
+#[derive(Serialize)]
+struct Me {
+    balance: Option<Money>,
+    user: MeUser,
+}
+
+/// The user object with what only its owner sees.
+#[derive(Serialize)]
+struct MeUser {
+    #[serde(flatten)]
+    user: UserView,
+    is_friend: bool,
+    friends_count: i64,
+    email: Option<String>,
+    phone: Option<String>,
+}
+
+#[tracing::instrument(skip_all)]
+pub async fn me(
+    state: web::Data<AppState>,
+    principal: Principal,
+) -> Result<HttpResponse, ApiError> {
+    principal.require(Scope::AccessProfile)?;
+    let user = &principal.user;
+    let friends_count = state.store.count_friends(&user.id).await?;
+    Ok(render::ok(Me {
+        balance: principal
+            .has(Scope::AccessBalance)
+            .then(|| Money::from_cents(user.balance_cents)),
+        user: MeUser {
+            user: UserView::from(user),
+            is_friend: false,
+            friends_count,
+            email: user
+                .email
+                .clone()
+                .filter(|_| principal.has(Scope::AccessEmail)),
+            phone: user
+                .phone
+                .clone()
+                .filter(|_| principal.has(Scope::AccessPhone)),
+        },
+    }))
+}
+
+fn user_id(req: &HttpRequest) -> &str {
+    req.match_info().get("user_id").unwrap_or("")
+}
+
+async fn existing_user(state: &AppState, id: &str) -> Result<User, ApiError> {
+    state
+        .store
+        .find_user(UserKey::Id(id))
+        .await?
+        .ok_or(ApiError::NotFound)
+}
+
+#[tracing::instrument(skip_all)]
+pub async fn show(
+    state: web::Data<AppState>,
+    principal: Principal,
+    req: HttpRequest,
+) -> Result<HttpResponse, ApiError> {
+    principal.require(Scope::AccessProfile)?;
+    let user = existing_user(&state, user_id(&req)).await?;
+    Ok(render::ok(UserView::from(&user)))
+}
+
+/// Escapes `LIKE` wildcards so a query matches literally.
+fn like_pattern(text: &str) -> String {
+    let mut pattern = String::from("%");
+    for c in text.to_lowercase().chars() {
+        if matches!(c, '%' | '_' | '\\') {
+            pattern.push('\\');
+        }
+        pattern.push(c);
+    }
+    pattern.push('%');
+    pattern
+}
+
+#[tracing::instrument(skip_all)]
+pub async fn search(
+    state: web::Data<AppState>,
+    principal: Principal,
+    params: Params,
+) -> Result<HttpResponse, ApiError> {
+    principal.require(Scope::AccessProfile)?;
+    let text = params.required("query")?.trim();
+    if text.chars().count() > 100 {
+        return Err(ApiError::InvalidRequest(
+            "query must be at most 100 characters long".to_owned(),
+        ));
+    }
+    let limit = query::limit(&params)?;
+    let offset = query::offset(&params)?;
+    let mut users = state
+        .store
+        .search_users(&UserSearch {
+            pattern: like_pattern(text),
+            email: Email::parse(text).ok().map(|e| e.as_str().to_owned()),
+            phone: Phone::parse(text).ok().map(|p| p.as_str().to_owned()),
+            limit: limit + 1,
+            offset,
+        })
+        .await?;
+    let next = (users.len() as i64 > limit).then(|| {
+        query::page_url(
+            &state.public_origin,
+            "/users",
+            &[
+                ("query", text.to_owned()),
+                ("limit", limit.to_string()),
+                ("offset", (offset + limit).to_string()),
+            ],
+        )
+    });
+    users.truncate(limit as usize);
+    Ok(HttpResponse::Ok().json(Page {
+        data: users.iter().map(UserView::from).collect(),
+        pagination: Pagination { next },
+    }))
+}
+
+#[tracing::instrument(skip_all)]
+pub async fn friends(
+    state: web::Data<AppState>,
+    principal: Principal,
+    params: Params,
+    req: HttpRequest,
+) -> Result<HttpResponse, ApiError> {
+    principal.require(Scope::AccessFriends)?;
+    let user = existing_user(&state, user_id(&req)).await?;
+    let limit = query::limit(&params)?;
+    let after = given(&params, "after")?.map(str::trim);
+    let mut friends = state.store.list_friends(&user.id, after, limit + 1).await?;
+    let more = friends.len() as i64 > limit;
+    friends.truncate(limit as usize);
+    let next = match friends.last() {
+        Some(last) if more => Some(query::page_url(
+            &state.public_origin,
+            &format!("/users/{}/friends", user.id),
+            &[("limit", limit.to_string()), ("after", last.id.clone())],
+        )),
+        _ => None,
+    };
+    Ok(HttpResponse::Ok().json(Page {
+        data: friends.iter().map(UserView::from).collect(),
+        pagination: Pagination { next },
+    }))
+}

@@ -1,0 +1,437 @@
+//! The payment state machine of SPEC §5. Each function decides what happens and
+//! hands the store one change to commit atomically: a state change together with
+//! the money it moves.
+
+use crate::config::Settings;
+use crate::domain::{
+    new_id, Amount, Audience, Email, Medium, Money, Note, PaymentAction, PaymentStatus, Phone,
+};
+use crate::store::{
+    accounts, kinds, IdempotencyKey, InsertOutcome, Move, Payment, PaymentInsert, Store,
+    StoreError, Transition, TransitionOutcome, User, UserKey,
+};
+use sha2::{Digest, Sha256};
+use std::time::Duration;
+
+/// How long an Idempotency-Key replays its first answer.
+pub const IDEMPOTENCY_WINDOW: Duration = Duration::from_secs(24 * 3600);
+
+/// The timings the deployment configures.
+#[derive(Debug, Clone, Copy)]
+pub struct Timing {
+    pub settlement_delay: Duration,
+    pub unclaimed_expiry: Duration,
+}
+
+impl From<&Settings> for Timing {
+    fn from(settings: &Settings) -> Self {
+        Self {
+            settlement_delay: settings.settlement_delay,
+            unclaimed_expiry: settings.unclaimed_expiry,
+        }
+    }
+}
+
+fn micros(d: Duration) -> i64 {
+    i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
+}
+
+/// How the target of a new payment was addressed.
+#[derive(Debug, Clone)]
+pub enum TargetAddress {
+    UserId(String),
+    Email(Email),
+    Phone(Phone),
+}
+
+/// A new payment or charge, parsed. A negative amount is a charge.
+#[derive(Debug, Clone)]
+pub struct PaymentRequest {
+    pub target: TargetAddress,
+    pub amount: Amount,
+    pub note: Note,
+    pub audience: Audience,
+    pub medium: Medium,
+}
+
+impl PaymentRequest {
+    /// What makes two requests "the same" for an Idempotency-Key.
+    fn fingerprint(&self) -> String {
+        let (kind, value) = match &self.target {
+            TargetAddress::UserId(id) => ("user", id.as_str()),
+            TargetAddress::Email(e) => ("email", e.as_str()),
+            TargetAddress::Phone(p) => ("phone", p.as_str()),
+        };
+        let text = format!(
+            "{kind}\0{value}\0{}\0{}\0{}\0{}",
+            self.amount.cents(),
+            self.note.as_str(),
+            self.audience.as_str(),
+            self.medium.as_str()
+        );
+        hex::encode(Sha256::digest(text.as_bytes()))
+    }
+}
+
+#[derive(Debug)]
+pub struct Made {
+    pub payment: Payment,
+    pub actor_balance: Money,
+    /// The answer is the replay of an earlier request with the same key.
+    pub replayed: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CreateError {
+    #[error("{0}")]
+    InvalidTarget(String),
+    #[error("the balance does not cover this payment")]
+    InsufficientFunds,
+    #[error("the Idempotency-Key was used with other parameters")]
+    IdempotencyConflict,
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Makes a pay (held from the actor at once) or a charge (nothing moves yet).
+#[tracing::instrument(skip_all, fields(actor = %actor.id))]
+pub async fn create(
+    store: &dyn Store,
+    actor: &User,
+    request: PaymentRequest,
+    idempotency_key: Option<&str>,
+    timing: Timing,
+    now: i64,
+) -> Result<Made, CreateError> {
+    let (target_type, target_user, email, phone) = match &request.target {
+        TargetAddress::UserId(id) => {
+            let user = store
+                .find_user(UserKey::Id(id))
+                .await?
+                .ok_or_else(|| CreateError::InvalidTarget(format!("no user has the id {id}")))?;
+            ("user", Some(user), None, None)
+        }
+        TargetAddress::Email(email) => {
+            let owner = store.find_user(UserKey::Email(email.as_str())).await?;
+            if owner.as_ref().is_some_and(|u| u.id == actor.id) {
+                return Err(CreateError::InvalidTarget("you cannot pay yourself".into()));
+            }
+            // An address belongs to an account once the account has verified it.
+            let owner = owner.filter(|u| u.email_verified);
+            let address = owner.is_none().then(|| email.as_str().to_owned());
+            ("email", owner, address, None)
+        }
+        TargetAddress::Phone(phone) => {
+            let owner = store.find_user(UserKey::Phone(phone.as_str())).await?;
+            if owner.as_ref().is_some_and(|u| u.id == actor.id) {
+                return Err(CreateError::InvalidTarget("you cannot pay yourself".into()));
+            }
+            let owner = owner.filter(|u| u.phone_verified);
+            let address = owner.is_none().then(|| phone.as_str().to_owned());
+            ("phone", owner, None, address)
+        }
+    };
+    if target_user.as_ref().is_some_and(|u| u.id == actor.id) {
+        return Err(CreateError::InvalidTarget("you cannot pay yourself".into()));
+    }
+    let action = if request.amount.cents() > 0 {
+        PaymentAction::Pay
+    } else {
+        PaymentAction::Charge
+    };
+    let to_account = target_user.is_some();
+    let payment = Payment {
+        id: new_id(),
+        kind: kinds::PAYMENT.to_owned(),
+        actor_id: Some(actor.id.clone()),
+        target_type: target_type.to_owned(),
+        target_user_id: target_user.map(|u| u.id),
+        target_email: email,
+        target_phone: phone,
+        action: action.as_str().to_owned(),
+        amount_cents: request.amount.cents().abs(),
+        note: request.note.as_str().to_owned(),
+        audience: request.audience.as_str().to_owned(),
+        status: PaymentStatus::Pending.as_str().to_owned(),
+        medium: request.medium.as_str().to_owned(),
+        date_created: now,
+        date_completed: None,
+        settle_after: (to_account && action == PaymentAction::Pay)
+            .then(|| now.saturating_add(micros(timing.settlement_delay))),
+        expires_at: (!to_account).then(|| now.saturating_add(micros(timing.unclaimed_expiry))),
+        refund_payment_id: None,
+    };
+    let idempotency = idempotency_key.map(|key| IdempotencyKey {
+        owner_id: actor.id.clone(),
+        key: key.to_owned(),
+        fingerprint: request.fingerprint(),
+        now,
+        expired_before: now.saturating_sub(micros(IDEMPOTENCY_WINDOW)),
+    });
+    let insert = PaymentInsert {
+        hold_movement_id: (action == PaymentAction::Pay).then(new_id),
+        payment,
+        idempotency,
+    };
+    match store.insert_payment(&insert).await? {
+        InsertOutcome::Created {
+            payment,
+            actor_balance_cents,
+        } => Ok(Made {
+            payment,
+            actor_balance: Money::from_cents(actor_balance_cents),
+            replayed: false,
+        }),
+        InsertOutcome::Replayed {
+            payment,
+            actor_balance_cents,
+        } => Ok(Made {
+            payment: as_first_answered(payment),
+            actor_balance: Money::from_cents(actor_balance_cents),
+            replayed: true,
+        }),
+        InsertOutcome::InsufficientFunds => Err(CreateError::InsufficientFunds),
+        InsertOutcome::KeyConflict => Err(CreateError::IdempotencyConflict),
+    }
+}
+
+/// A payment as it was when it was made: a replay repeats the first answer.
+fn as_first_answered(mut payment: Payment) -> Payment {
+    payment.status = PaymentStatus::Pending.as_str().to_owned();
+    payment.date_completed = None;
+    payment.refund_payment_id = None;
+    payment
+}
+
+/// What a party asks of a pending payment (`PUT /payments/:id`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Update {
+    Approve,
+    Deny,
+    Cancel,
+}
+
+impl Update {
+    pub fn parse(input: &str) -> Option<Self> {
+        match input.trim().to_ascii_lowercase().as_str() {
+            "approve" => Some(Self::Approve),
+            "deny" => Some(Self::Deny),
+            "cancel" => Some(Self::Cancel),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug)]
+pub struct Updated {
+    pub payment: Payment,
+    pub refund: Option<Payment>,
+    pub balance: Money,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum UpdateError {
+    #[error("no such payment")]
+    NotFound,
+    #[error("the payment is not pending")]
+    InvalidState,
+    #[error("{0}")]
+    NotAllowed(&'static str),
+    #[error("the balance does not cover this charge")]
+    InsufficientFunds,
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Approves, denies or cancels a pending payment on behalf of `user`.
+#[tracing::instrument(skip_all, fields(user = %user.id, payment_id))]
+pub async fn update(
+    store: &dyn Store,
+    user: &User,
+    payment_id: &str,
+    update: Update,
+    now: i64,
+) -> Result<Updated, UpdateError> {
+    let payment = store
+        .find_payments(&[payment_id.to_owned()])
+        .await?
+        .into_iter()
+        .next()
+        .filter(|p| p.kind == kinds::PAYMENT && is_party(p, &user.id))
+        .ok_or(UpdateError::NotFound)?;
+    if payment.status != PaymentStatus::Pending.as_str() {
+        return Err(UpdateError::InvalidState);
+    }
+    let is_actor = payment.actor_id.as_deref() == Some(user.id.as_str());
+    let is_charge = payment.action == PaymentAction::Charge.as_str();
+    let mut transition = match update {
+        Update::Approve | Update::Deny if is_actor => {
+            return Err(UpdateError::NotAllowed(
+                "only the target of a charge may approve or deny it",
+            ))
+        }
+        Update::Approve | Update::Deny if !is_charge => {
+            return Err(UpdateError::NotAllowed(
+                "a pay cannot be approved or denied; its actor may cancel it",
+            ))
+        }
+        Update::Approve => {
+            let actor = payment.actor_id.clone().ok_or(UpdateError::NotFound)?;
+            let mut t = base(&payment, PaymentStatus::Settled, "charge", now);
+            t.moves.push(Move {
+                from: user.id.clone(),
+                to: actor,
+                cents: payment.amount_cents,
+            });
+            t
+        }
+        Update::Deny => base(&payment, PaymentStatus::Cancelled, "cancel", now),
+        Update::Cancel if !is_actor => {
+            return Err(UpdateError::NotAllowed(
+                "only the actor of a payment may cancel it",
+            ))
+        }
+        Update::Cancel => returning(&payment, PaymentStatus::Cancelled, now),
+    };
+    transition.balance_of = Some(user.id.clone());
+    match store.apply_transition(&transition).await? {
+        TransitionOutcome::Applied {
+            payment,
+            refund,
+            balance_cents,
+        } => Ok(Updated {
+            payment: *payment,
+            refund: refund.map(|r| *r),
+            balance: Money::from_cents(balance_cents.unwrap_or(0)),
+        }),
+        TransitionOutcome::NotPending => Err(UpdateError::InvalidState),
+        TransitionOutcome::InsufficientFunds => Err(UpdateError::InsufficientFunds),
+    }
+}
+
+pub fn is_party(payment: &Payment, user_id: &str) -> bool {
+    payment.actor_id.as_deref() == Some(user_id)
+        || payment.target_user_id.as_deref() == Some(user_id)
+}
+
+fn base(
+    payment: &Payment,
+    status: PaymentStatus,
+    entry_kind: &'static str,
+    now: i64,
+) -> Transition {
+    Transition {
+        payment_id: payment.id.clone(),
+        status: status.as_str(),
+        at: now,
+        movement_id: new_id(),
+        entry_kind,
+        moves: Vec::new(),
+        refund: None,
+        balance_of: None,
+        skip_locked: false,
+    }
+}
+
+/// Ends a payment without it completing: a held pay goes back to its actor as a
+/// refund; a charge moves nothing.
+fn returning(payment: &Payment, status: PaymentStatus, now: i64) -> Transition {
+    let mut t = base(payment, status, "refund", now);
+    if payment.action == PaymentAction::Pay.as_str() {
+        if let Some(actor) = &payment.actor_id {
+            t.moves.push(Move {
+                from: accounts::HELD.to_owned(),
+                to: actor.clone(),
+                cents: payment.amount_cents,
+            });
+            t.refund = Some(refund_of(payment, now));
+        }
+    }
+    t
+}
+
+/// The payment that returns a held pay to its actor (SPEC §5): a settled pay of
+/// the same amount whose target is the original actor, made by the original
+/// target's account if it reached one.
+fn refund_of(payment: &Payment, now: i64) -> Payment {
+    Payment {
+        id: new_id(),
+        kind: kinds::REFUND.to_owned(),
+        actor_id: payment.target_user_id.clone(),
+        target_type: "user".to_owned(),
+        target_user_id: payment.actor_id.clone(),
+        target_email: None,
+        target_phone: None,
+        action: PaymentAction::Pay.as_str().to_owned(),
+        amount_cents: payment.amount_cents,
+        note: format!("Refund: {}", payment.note),
+        audience: Audience::Private.as_str().to_owned(),
+        status: PaymentStatus::Settled.as_str().to_owned(),
+        medium: payment.medium.clone(),
+        date_created: now,
+        date_completed: Some(now),
+        settle_after: None,
+        expires_at: None,
+        refund_payment_id: None,
+    }
+}
+
+/// Most payments the workers take on per round.
+const WORKER_BATCH: i64 = 200;
+
+/// Settles, fails or expires every payment whose time has come. Safe to run on
+/// many instances at once: each payment changes state exactly once.
+#[tracing::instrument(skip_all)]
+pub async fn process_due(store: &dyn Store, now: i64) -> Result<usize, StoreError> {
+    let mut done = 0;
+    for due in store.due_payments(now, WORKER_BATCH).await? {
+        let payment = &due.payment;
+        let mut transition = match (&payment.target_user_id, due.target_suspended) {
+            // Only pays to accounts are due for settlement.
+            (Some(_), Some(false)) => {
+                let mut t = base(payment, PaymentStatus::Settled, "settle", now);
+                if let Some(target) = &payment.target_user_id {
+                    t.moves.push(Move {
+                        from: accounts::HELD.to_owned(),
+                        to: target.clone(),
+                        cents: payment.amount_cents,
+                    });
+                }
+                t
+            }
+            (Some(_), _) => returning(payment, PaymentStatus::Failed, now),
+            (None, _) => returning(payment, PaymentStatus::Expired, now),
+        };
+        transition.skip_locked = true;
+        match store.apply_transition(&transition).await? {
+            TransitionOutcome::Applied { .. } => done += 1,
+            TransitionOutcome::NotPending => {}
+            TransitionOutcome::InsufficientFunds => {
+                tracing::error!(payment_id = %payment.id, "held money is short");
+            }
+        }
+    }
+    Ok(done)
+}
+
+/// Points pending payments to the user's verified e-mail and phone at the user;
+/// a claimed pay then settles after the settlement delay. Call it whenever an
+/// e-mail or phone becomes verified on an account.
+#[tracing::instrument(skip_all, fields(user = %user.id))]
+pub async fn claim(
+    store: &dyn Store,
+    user: &User,
+    settlement_delay: Duration,
+    now: i64,
+) -> Result<u64, StoreError> {
+    let email = user.email.as_deref().filter(|_| user.email_verified);
+    let phone = user.phone.as_deref().filter(|_| user.phone_verified);
+    store
+        .claim_payments(
+            &user.id,
+            email,
+            phone,
+            now.saturating_add(micros(settlement_delay)),
+        )
+        .await
+}

@@ -1,0 +1,750 @@
+//! Storage of payments, their refunds and idempotency keys, and the reads of the
+//! social graph. Every state change is one guarded statement (`WHERE status =
+//! 'pending'`) in the same transaction as the money it moves, so a payment
+//! changes state exactly once however many instances race for it.
+
+use super::{StoreError, User};
+use async_trait::async_trait;
+
+pub const PAYMENT_COLUMNS: &str = "id, kind, actor_id, target_type, target_user_id, \
+    target_email, target_phone, action, amount_cents, note, audience, status, medium, \
+    date_created, date_completed, settle_after, expires_at, refund_payment_id";
+
+/// A payment, charge or refund as stored. `amount_cents` is positive; `action`
+/// tells the direction.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct Payment {
+    pub id: String,
+    /// `payment` or `refund`.
+    pub kind: String,
+    pub actor_id: Option<String>,
+    /// `user`, `email` or `phone`.
+    pub target_type: String,
+    pub target_user_id: Option<String>,
+    pub target_email: Option<String>,
+    pub target_phone: Option<String>,
+    pub action: String,
+    pub amount_cents: i64,
+    pub note: String,
+    pub audience: String,
+    pub status: String,
+    pub medium: String,
+    pub date_created: i64,
+    pub date_completed: Option<i64>,
+    pub settle_after: Option<i64>,
+    pub expires_at: Option<i64>,
+    pub refund_payment_id: Option<String>,
+}
+
+pub mod kinds {
+    pub const PAYMENT: &str = "payment";
+    pub const REFUND: &str = "refund";
+}
+
+/// An Idempotency-Key presented with a new payment.
+#[derive(Debug, Clone)]
+pub struct IdempotencyKey {
+    pub owner_id: String,
+    pub key: String,
+    /// Digest of the parsed parameters.
+    pub fingerprint: String,
+    pub now: i64,
+    /// Keys created before this time are forgotten.
+    pub expired_before: i64,
+}
+
+/// A payment to insert, with what comes with it.
+#[derive(Debug, Clone)]
+pub struct PaymentInsert {
+    pub payment: Payment,
+    /// For a pay: the ledger movement that holds the amount from the actor.
+    pub hold_movement_id: Option<String>,
+    pub idempotency: Option<IdempotencyKey>,
+}
+
+#[derive(Debug)]
+pub enum InsertOutcome {
+    Created {
+        payment: Payment,
+        actor_balance_cents: i64,
+    },
+    /// The actor's balance does not cover the hold; nothing was written.
+    InsufficientFunds,
+    /// The key was used before with the same parameters: the first result.
+    Replayed {
+        payment: Payment,
+        actor_balance_cents: i64,
+    },
+    /// The key was used before with other parameters.
+    KeyConflict,
+}
+
+/// `cents` going from one ledger account to another (a user id or an `@` system
+/// account). A user account is debited only if its balance covers it.
+#[derive(Debug, Clone)]
+pub struct Move {
+    pub from: String,
+    pub to: String,
+    pub cents: i64,
+}
+
+/// A pending payment reaching a new status, with the money that moves with it.
+#[derive(Debug, Clone)]
+pub struct Transition {
+    pub payment_id: String,
+    pub status: &'static str,
+    pub at: i64,
+    pub movement_id: String,
+    /// The ledger entries' kind (`settle`, `refund`, `charge`).
+    pub entry_kind: &'static str,
+    pub moves: Vec<Move>,
+    /// A refund payment to insert and link from the payment.
+    pub refund: Option<Payment>,
+    /// Whose balance to report afterwards.
+    pub balance_of: Option<String>,
+    /// Workers pass by payments another instance holds (PostgreSQL `SKIP LOCKED`).
+    pub skip_locked: bool,
+}
+
+#[derive(Debug)]
+pub enum TransitionOutcome {
+    Applied {
+        payment: Box<Payment>,
+        refund: Option<Box<Payment>>,
+        balance_cents: Option<i64>,
+    },
+    /// The payment is no longer pending (or another worker holds it).
+    NotPending,
+    /// A debited balance is short; nothing changed.
+    InsufficientFunds,
+}
+
+/// Which of a user's payments to list, newest first.
+#[derive(Debug, Clone, Default)]
+pub struct PaymentFilter {
+    pub owner_id: String,
+    pub action: Option<&'static str>,
+    pub actor_ids: Vec<String>,
+    pub statuses: Vec<&'static str>,
+    /// Strict lower bound on `date_created`.
+    pub after: Option<i64>,
+    /// Strict upper bound on `(date_created, id)`; without an id, on the time alone.
+    pub before: Option<(i64, Option<String>)>,
+    pub limit: i64,
+}
+
+/// A pending payment whose time has come, with its target account's state.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct DuePayment {
+    #[sqlx(flatten)]
+    pub payment: Payment,
+    pub target_suspended: Option<bool>,
+}
+
+#[derive(Debug, Clone)]
+pub struct UserSearch {
+    /// Lower-case `LIKE` pattern (already escaped) for usernames and names.
+    pub pattern: String,
+    pub email: Option<String>,
+    pub phone: Option<String>,
+    pub limit: i64,
+    pub offset: i64,
+}
+
+#[async_trait]
+pub trait PaymentStore: Send + Sync {
+    /// Inserts a payment; for a pay, moves the amount from the actor to `@held`
+    /// with a guarded debit. With a key, records it or replays its first result.
+    async fn insert_payment(&self, insert: &PaymentInsert) -> Result<InsertOutcome, StoreError>;
+
+    /// Moves a pending payment to a new status with its money, in one transaction.
+    async fn apply_transition(
+        &self,
+        transition: &Transition,
+    ) -> Result<TransitionOutcome, StoreError>;
+
+    async fn find_payments(&self, ids: &[String]) -> Result<Vec<Payment>, StoreError>;
+
+    async fn list_payments(&self, filter: &PaymentFilter) -> Result<Vec<Payment>, StoreError>;
+
+    /// Pending pays to accounts whose settlement time has passed, and pending
+    /// payments to addresses whose expiry has passed.
+    async fn due_payments(&self, now: i64, limit: i64) -> Result<Vec<DuePayment>, StoreError>;
+
+    /// Points pending payments to this e-mail or phone at the user (unless the
+    /// user made them). Returns how many were claimed.
+    async fn claim_payments(
+        &self,
+        user_id: &str,
+        email: Option<&str>,
+        phone: Option<&str>,
+        settle_after: i64,
+    ) -> Result<u64, StoreError>;
+
+    async fn find_users(&self, ids: &[String]) -> Result<Vec<User>, StoreError>;
+    async fn search_users(&self, search: &UserSearch) -> Result<Vec<User>, StoreError>;
+    /// A user's friends ordered by id, after the id `after`.
+    async fn list_friends(
+        &self,
+        user_id: &str,
+        after: Option<&str>,
+        limit: i64,
+    ) -> Result<Vec<User>, StoreError>;
+    async fn count_friends(&self, user_id: &str) -> Result<i64, StoreError>;
+}
+
+/// `columns` with each name prefixed by a table alias.
+pub(crate) fn prefixed(columns: &str, alias: &str) -> String {
+    columns
+        .split(',')
+        .map(|c| format!("{alias}.{}", c.trim()))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+macro_rules! impl_payment_store {
+    ($store:ty) => {
+        impl $store {
+            async fn insert_payment_row(
+                tx: &mut sqlx::Transaction<'static, Backend>,
+                p: &$crate::store::Payment,
+            ) -> Result<(), StoreError> {
+                let sql = format!(
+                    "INSERT INTO payments ({}) VALUES \
+                     ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)",
+                    $crate::store::payments::PAYMENT_COLUMNS
+                );
+                sqlx::query(&sql)
+                    .bind(&p.id)
+                    .bind(&p.kind)
+                    .bind(&p.actor_id)
+                    .bind(&p.target_type)
+                    .bind(&p.target_user_id)
+                    .bind(&p.target_email)
+                    .bind(&p.target_phone)
+                    .bind(&p.action)
+                    .bind(p.amount_cents)
+                    .bind(&p.note)
+                    .bind(&p.audience)
+                    .bind(&p.status)
+                    .bind(&p.medium)
+                    .bind(p.date_created)
+                    .bind(p.date_completed)
+                    .bind(p.settle_after)
+                    .bind(p.expires_at)
+                    .bind(&p.refund_payment_id)
+                    .execute(&mut **tx)
+                    .await?;
+                Ok(())
+            }
+
+            async fn payment_in(
+                tx: &mut sqlx::Transaction<'static, Backend>,
+                id: &str,
+            ) -> Result<$crate::store::Payment, StoreError> {
+                let sql = format!(
+                    "SELECT {} FROM payments WHERE id = $1",
+                    $crate::store::payments::PAYMENT_COLUMNS
+                );
+                Ok(sqlx::query_as::<_, $crate::store::Payment>(&sql)
+                    .bind(id)
+                    .fetch_one(&mut **tx)
+                    .await?)
+            }
+
+            async fn balance_in(
+                tx: &mut sqlx::Transaction<'static, Backend>,
+                user_id: &str,
+            ) -> Result<i64, StoreError> {
+                sqlx::query_scalar::<_, i64>("SELECT balance_cents FROM users WHERE id = $1")
+                    .bind(user_id)
+                    .fetch_optional(&mut **tx)
+                    .await?
+                    .ok_or(StoreError::NotFound("user"))
+            }
+
+            async fn add_party(
+                tx: &mut sqlx::Transaction<'static, Backend>,
+                user_id: &str,
+                p: &$crate::store::Payment,
+            ) -> Result<(), StoreError> {
+                sqlx::query(
+                    "INSERT INTO payment_parties (user_id, date_created, payment_id) \
+                     VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
+                )
+                .bind(user_id)
+                .bind(p.date_created)
+                .bind(&p.id)
+                .execute(&mut **tx)
+                .await?;
+                Ok(())
+            }
+
+            async fn ledger_move(
+                tx: &mut sqlx::Transaction<'static, Backend>,
+                movement_id: &str,
+                kind: &str,
+                payment_id: &str,
+                at: i64,
+                m: &$crate::store::Move,
+            ) -> Result<(), StoreError> {
+                sqlx::query(
+                    "INSERT INTO ledger_entries \
+                     (movement_id, kind, account, amount_cents, payment_id, created_at) \
+                     VALUES ($1, $2, $3, $4, $5, $6), ($1, $2, $7, $8, $5, $6)",
+                )
+                .bind(movement_id)
+                .bind(kind)
+                .bind(&m.from)
+                .bind(-m.cents)
+                .bind(payment_id)
+                .bind(at)
+                .bind(&m.to)
+                .bind(m.cents)
+                .execute(&mut **tx)
+                .await?;
+                Ok(())
+            }
+
+            /// Applies net balance changes in user-id order, so concurrent
+            /// transactions lock user rows in one order and cannot deadlock.
+            /// Returns false if a debit is not covered.
+            async fn apply_balances(
+                tx: &mut sqlx::Transaction<'static, Backend>,
+                moves: &[$crate::store::Move],
+            ) -> Result<bool, StoreError> {
+                let mut net: std::collections::BTreeMap<&str, i64> = Default::default();
+                for m in moves {
+                    *net.entry(m.from.as_str()).or_default() -= m.cents;
+                    *net.entry(m.to.as_str()).or_default() += m.cents;
+                }
+                for (account, delta) in net {
+                    if account.starts_with('@') || delta == 0 {
+                        continue;
+                    }
+                    let done = sqlx::query(
+                        "UPDATE users SET balance_cents = balance_cents + $1 \
+                         WHERE id = $2 AND balance_cents + $1 >= 0",
+                    )
+                    .bind(delta)
+                    .bind(account)
+                    .execute(&mut **tx)
+                    .await?;
+                    if done.rows_affected() == 0 {
+                        return Ok(false);
+                    }
+                }
+                Ok(true)
+            }
+
+            async fn users_where(
+                &self,
+                condition: &str,
+                binds: &[String],
+            ) -> Result<Vec<$crate::store::User>, StoreError> {
+                let mut query = sqlx::QueryBuilder::<Backend>::new(format!(
+                    "SELECT {} FROM users WHERE {condition} (",
+                    $crate::store::sql::USER_COLUMNS
+                ));
+                let mut list = query.separated(", ");
+                for value in binds {
+                    list.push_bind(value.clone());
+                }
+                query.push(")");
+                Ok(query
+                    .build_query_as::<$crate::store::User>()
+                    .fetch_all(self.reader())
+                    .await?)
+            }
+        }
+
+        #[async_trait::async_trait]
+        impl $crate::store::PaymentStore for $store {
+            #[tracing::instrument(skip_all, fields(payment_id = %insert.payment.id))]
+            async fn insert_payment(
+                &self,
+                insert: &$crate::store::PaymentInsert,
+            ) -> Result<$crate::store::InsertOutcome, StoreError> {
+                use $crate::store::InsertOutcome;
+                let p = &insert.payment;
+                let actor = p.actor_id.as_deref().ok_or(StoreError::NotFound("actor"))?;
+                let mut tx = self.write().await?;
+                if let Some(key) = &insert.idempotency {
+                    sqlx::query(
+                        "DELETE FROM idempotency_keys \
+                         WHERE owner_id = $1 AND key = $2 AND created_at < $3",
+                    )
+                    .bind(&key.owner_id)
+                    .bind(&key.key)
+                    .bind(key.expired_before)
+                    .execute(&mut *tx)
+                    .await?;
+                    // One atomic statement takes the key; a racing request waits
+                    // for this transaction and then finds the key taken.
+                    let taken = sqlx::query(
+                        "INSERT INTO idempotency_keys (owner_id, key, fingerprint, created_at) \
+                         VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",
+                    )
+                    .bind(&key.owner_id)
+                    .bind(&key.key)
+                    .bind(&key.fingerprint)
+                    .bind(key.now)
+                    .execute(&mut *tx)
+                    .await?;
+                    if taken.rows_affected() == 0 {
+                        let (fingerprint, payment_id, balance): (String, Option<String>, Option<i64>) =
+                            sqlx::query_as(
+                                "SELECT fingerprint, payment_id, balance_cents \
+                                 FROM idempotency_keys WHERE owner_id = $1 AND key = $2",
+                            )
+                            .bind(&key.owner_id)
+                            .bind(&key.key)
+                            .fetch_one(&mut *tx)
+                            .await?;
+                        let outcome = match payment_id {
+                            Some(id) if fingerprint == key.fingerprint => {
+                                InsertOutcome::Replayed {
+                                    payment: Self::payment_in(&mut tx, &id).await?,
+                                    actor_balance_cents: balance.unwrap_or(0),
+                                }
+                            }
+                            _ => InsertOutcome::KeyConflict,
+                        };
+                        tx.commit().await?;
+                        return Ok(outcome);
+                    }
+                }
+                let balance = match &insert.hold_movement_id {
+                    Some(movement_id) => {
+                        let debited: Option<i64> = sqlx::query_scalar(
+                            "UPDATE users SET balance_cents = balance_cents - $1 \
+                             WHERE id = $2 AND balance_cents >= $1 RETURNING balance_cents",
+                        )
+                        .bind(p.amount_cents)
+                        .bind(actor)
+                        .fetch_optional(&mut *tx)
+                        .await?;
+                        let Some(balance) = debited else {
+                            // Dropping the transaction rolls back the key too.
+                            return Ok(InsertOutcome::InsufficientFunds);
+                        };
+                        Self::insert_payment_row(&mut tx, p).await?;
+                        Self::ledger_move(
+                            &mut tx,
+                            movement_id,
+                            "hold",
+                            &p.id,
+                            p.date_created,
+                            &$crate::store::Move {
+                                from: actor.to_owned(),
+                                to: $crate::store::accounts::HELD.to_owned(),
+                                cents: p.amount_cents,
+                            },
+                        )
+                        .await?;
+                        balance
+                    }
+                    None => {
+                        Self::insert_payment_row(&mut tx, p).await?;
+                        Self::balance_in(&mut tx, actor).await?
+                    }
+                };
+                Self::add_party(&mut tx, actor, p).await?;
+                if let Some(target) = &p.target_user_id {
+                    Self::add_party(&mut tx, target, p).await?;
+                }
+                if let Some(key) = &insert.idempotency {
+                    sqlx::query(
+                        "UPDATE idempotency_keys SET payment_id = $3, balance_cents = $4 \
+                         WHERE owner_id = $1 AND key = $2",
+                    )
+                    .bind(&key.owner_id)
+                    .bind(&key.key)
+                    .bind(&p.id)
+                    .bind(balance)
+                    .execute(&mut *tx)
+                    .await?;
+                }
+                tx.commit().await?;
+                Ok(InsertOutcome::Created {
+                    payment: p.clone(),
+                    actor_balance_cents: balance,
+                })
+            }
+
+            #[tracing::instrument(skip_all, fields(payment_id = %t.payment_id, status = t.status))]
+            async fn apply_transition(
+                &self,
+                t: &$crate::store::Transition,
+            ) -> Result<$crate::store::TransitionOutcome, StoreError> {
+                use $crate::store::TransitionOutcome;
+                let mut tx = self.write().await?;
+                if t.skip_locked {
+                    let sql = format!(
+                        "SELECT id FROM payments WHERE id = $1 AND status = 'pending'{SKIP_LOCKED}"
+                    );
+                    let free: Option<String> = sqlx::query_scalar(&sql)
+                        .bind(&t.payment_id)
+                        .fetch_optional(&mut *tx)
+                        .await?;
+                    if free.is_none() {
+                        return Ok(TransitionOutcome::NotPending);
+                    }
+                }
+                // The refund row exists before the payment points at it; if the
+                // guarded update below finds the payment settled, all rolls back.
+                if let Some(refund) = &t.refund {
+                    Self::insert_payment_row(&mut tx, refund).await?;
+                }
+                let changed = sqlx::query(
+                    "UPDATE payments SET status = $2, date_completed = $3, \
+                     refund_payment_id = $4 WHERE id = $1 AND status = 'pending'",
+                )
+                .bind(&t.payment_id)
+                .bind(t.status)
+                .bind(t.at)
+                .bind(t.refund.as_ref().map(|r| r.id.clone()))
+                .execute(&mut *tx)
+                .await?;
+                if changed.rows_affected() == 0 {
+                    return Ok(TransitionOutcome::NotPending);
+                }
+                if !Self::apply_balances(&mut tx, &t.moves).await? {
+                    return Ok(TransitionOutcome::InsufficientFunds);
+                }
+                for m in &t.moves {
+                    Self::ledger_move(&mut tx, &t.movement_id, t.entry_kind, &t.payment_id, t.at, m)
+                        .await?;
+                }
+                let payment = Self::payment_in(&mut tx, &t.payment_id).await?;
+                let balance_cents = match &t.balance_of {
+                    Some(user_id) => Some(Self::balance_in(&mut tx, user_id).await?),
+                    None => None,
+                };
+                tx.commit().await?;
+                Ok(TransitionOutcome::Applied {
+                    payment: Box::new(payment),
+                    refund: t.refund.clone().map(Box::new),
+                    balance_cents,
+                })
+            }
+
+            #[tracing::instrument(skip_all, fields(count = ids.len()))]
+            async fn find_payments(
+                &self,
+                ids: &[String],
+            ) -> Result<Vec<$crate::store::Payment>, StoreError> {
+                if ids.is_empty() {
+                    return Ok(Vec::new());
+                }
+                let mut query = sqlx::QueryBuilder::<Backend>::new(format!(
+                    "SELECT {} FROM payments WHERE id IN (",
+                    $crate::store::payments::PAYMENT_COLUMNS
+                ));
+                let mut list = query.separated(", ");
+                for id in ids {
+                    list.push_bind(id.clone());
+                }
+                query.push(")");
+                Ok(query
+                    .build_query_as::<$crate::store::Payment>()
+                    .fetch_all(self.reader())
+                    .await?)
+            }
+
+            #[tracing::instrument(skip_all)]
+            async fn list_payments(
+                &self,
+                f: &$crate::store::PaymentFilter,
+            ) -> Result<Vec<$crate::store::Payment>, StoreError> {
+                let mut query = sqlx::QueryBuilder::<Backend>::new(format!(
+                    "SELECT {} FROM payment_parties pp JOIN payments p ON p.id = pp.payment_id \
+                     WHERE pp.user_id = ",
+                    $crate::store::payments::prefixed(
+                        $crate::store::payments::PAYMENT_COLUMNS,
+                        "p"
+                    )
+                ));
+                query.push_bind(f.owner_id.clone());
+                if let Some(after) = f.after {
+                    query.push(" AND pp.date_created > ").push_bind(after);
+                }
+                match &f.before {
+                    Some((at, Some(id))) => {
+                        query
+                            .push(" AND (pp.date_created < ")
+                            .push_bind(*at)
+                            .push(" OR (pp.date_created = ")
+                            .push_bind(*at)
+                            .push(" AND pp.payment_id < ")
+                            .push_bind(id.clone())
+                            .push("))");
+                    }
+                    Some((at, None)) => {
+                        query.push(" AND pp.date_created < ").push_bind(*at);
+                    }
+                    None => {}
+                }
+                if let Some(action) = f.action {
+                    query.push(" AND p.action = ").push_bind(action);
+                }
+                if !f.actor_ids.is_empty() {
+                    query.push(" AND p.actor_id IN (");
+                    let mut list = query.separated(", ");
+                    for id in &f.actor_ids {
+                        list.push_bind(id.clone());
+                    }
+                    query.push(")");
+                }
+                if !f.statuses.is_empty() {
+                    query.push(" AND p.status IN (");
+                    let mut list = query.separated(", ");
+                    for status in &f.statuses {
+                        list.push_bind(*status);
+                    }
+                    query.push(")");
+                }
+                query
+                    .push(" ORDER BY pp.date_created DESC, pp.payment_id DESC LIMIT ")
+                    .push_bind(f.limit);
+                Ok(query
+                    .build_query_as::<$crate::store::Payment>()
+                    .fetch_all(self.reader())
+                    .await?)
+            }
+
+            #[tracing::instrument(skip_all)]
+            async fn due_payments(
+                &self,
+                now: i64,
+                limit: i64,
+            ) -> Result<Vec<$crate::store::DuePayment>, StoreError> {
+                let sql = format!(
+                    "SELECT {}, u.suspended AS target_suspended FROM payments p \
+                     LEFT JOIN users u ON u.id = p.target_user_id \
+                     WHERE p.status = 'pending' AND ( \
+                       (p.action = 'pay' AND p.target_user_id IS NOT NULL AND p.settle_after <= $1) \
+                       OR (p.target_user_id IS NULL AND p.expires_at <= $1)) \
+                     ORDER BY p.date_created LIMIT $2",
+                    $crate::store::payments::prefixed(
+                        $crate::store::payments::PAYMENT_COLUMNS,
+                        "p"
+                    )
+                );
+                Ok(sqlx::query_as::<_, $crate::store::DuePayment>(&sql)
+                    .bind(now)
+                    .bind(limit)
+                    .fetch_all(self.reader())
+                    .await?)
+            }
+
+            #[tracing::instrument(skip_all, fields(user_id))]
+            async fn claim_payments(
+                &self,
+                user_id: &str,
+                email: Option<&str>,
+                phone: Option<&str>,
+                settle_after: i64,
+            ) -> Result<u64, StoreError> {
+                if email.is_none() && phone.is_none() {
+                    return Ok(0);
+                }
+                let mut tx = self.write().await?;
+                let claimed: Vec<(String, i64)> = sqlx::query_as(
+                    "UPDATE payments SET target_user_id = $1, expires_at = NULL, \
+                       settle_after = CASE WHEN action = 'pay' THEN $4 ELSE NULL END \
+                     WHERE status = 'pending' AND kind = 'payment' AND target_user_id IS NULL \
+                       AND actor_id <> $1 \
+                       AND ((target_email IS NOT NULL AND target_email = $2) \
+                         OR (target_phone IS NOT NULL AND target_phone = $3)) \
+                     RETURNING id, date_created",
+                )
+                .bind(user_id)
+                .bind(email)
+                .bind(phone)
+                .bind(settle_after)
+                .fetch_all(&mut *tx)
+                .await?;
+                for (id, date_created) in &claimed {
+                    sqlx::query(
+                        "INSERT INTO payment_parties (user_id, date_created, payment_id) \
+                         VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
+                    )
+                    .bind(user_id)
+                    .bind(date_created)
+                    .bind(id)
+                    .execute(&mut *tx)
+                    .await?;
+                }
+                tx.commit().await?;
+                Ok(claimed.len() as u64)
+            }
+
+            #[tracing::instrument(skip_all, fields(count = ids.len()))]
+            async fn find_users(
+                &self,
+                ids: &[String],
+            ) -> Result<Vec<$crate::store::User>, StoreError> {
+                if ids.is_empty() {
+                    return Ok(Vec::new());
+                }
+                self.users_where("id IN", ids).await
+            }
+
+            #[tracing::instrument(skip_all)]
+            async fn search_users(
+                &self,
+                s: &$crate::store::UserSearch,
+            ) -> Result<Vec<$crate::store::User>, StoreError> {
+                let sql = format!(
+                    "SELECT {} FROM users WHERE suspended = FALSE AND ( \
+                       lower(username) LIKE $1 ESCAPE '\\' \
+                       OR lower(first_name || ' ' || last_name) LIKE $1 ESCAPE '\\' \
+                       OR email = $2 OR phone = $3) \
+                     ORDER BY lower(username), id LIMIT $4 OFFSET $5",
+                    $crate::store::sql::USER_COLUMNS
+                );
+                Ok(sqlx::query_as::<_, $crate::store::User>(&sql)
+                    .bind(&s.pattern)
+                    .bind(&s.email)
+                    .bind(&s.phone)
+                    .bind(s.limit)
+                    .bind(s.offset)
+                    .fetch_all(self.reader())
+                    .await?)
+            }
+
+            #[tracing::instrument(skip_all, fields(user_id))]
+            async fn list_friends(
+                &self,
+                user_id: &str,
+                after: Option<&str>,
+                limit: i64,
+            ) -> Result<Vec<$crate::store::User>, StoreError> {
+                let sql = format!(
+                    "SELECT {} FROM friendships f JOIN users u ON u.id = f.friend_id \
+                     WHERE f.user_id = $1 AND f.friend_id > $2 ORDER BY f.friend_id LIMIT $3",
+                    $crate::store::payments::prefixed($crate::store::sql::USER_COLUMNS, "u")
+                );
+                Ok(sqlx::query_as::<_, $crate::store::User>(&sql)
+                    .bind(user_id)
+                    .bind(after.unwrap_or(""))
+                    .bind(limit)
+                    .fetch_all(self.reader())
+                    .await?)
+            }
+
+            #[tracing::instrument(skip_all, fields(user_id))]
+            async fn count_friends(&self, user_id: &str) -> Result<i64, StoreError> {
+                Ok(sqlx::query_scalar::<_, i64>(
+                    "SELECT CAST(COUNT(*) AS BIGINT) FROM friendships WHERE user_id = $1",
+                )
+                .bind(user_id)
+                .fetch_one(self.reader())
+                .await?)
+            }
+        }
+    };
+}
+
+pub(crate) use impl_payment_store;

@@ -1,0 +1,890 @@
+//! `/payments` over real HTTP: shapes, every row of the state table of SPEC §5,
+//! bad inputs, paging and idempotency.
+
+use crate::fixtures::{audit_ok, balance_cents, person, person_with, suspend, Person, PersonSpec};
+use crate::helpers::{on_both_backends, Backend, TestApp};
+use crate::users_api::assert_user_object;
+use serde_json::{json, Value};
+use std::collections::HashSet;
+use std::time::Duration;
+use tally::store::{kinds, Payment, PaymentInsert};
+
+on_both_backends!(
+    a_pay_is_held_at_once_then_settled_and_every_field_is_shown,
+    a_pay_settles_only_after_the_settlement_delay,
+    a_pay_to_a_suspended_account_fails_and_is_refunded,
+    a_pay_to_an_email_is_claimed_when_an_account_verifies_it,
+    unclaimed_payments_expire_and_pays_come_back,
+    charges_are_approved_denied_or_cancelled_by_the_right_party,
+    cancelling_a_held_pay_refunds_the_actor,
+    a_pay_the_balance_cannot_cover_is_refused,
+    bad_inputs_are_refused_with_their_code_and_write_nothing,
+    payments_are_listed_newest_first_and_filtered,
+    paging_through_120_payments_with_one_timestamp_returns_each_once,
+    a_retried_post_with_the_same_key_replays_and_debits_once,
+);
+
+const PAYMENT_KEYS: [&str; 13] = [
+    "action",
+    "actor",
+    "amount",
+    "audience",
+    "date_completed",
+    "date_created",
+    "fee",
+    "id",
+    "medium",
+    "note",
+    "refund",
+    "status",
+    "target",
+];
+
+fn keys(value: &Value) -> Vec<String> {
+    let mut keys: Vec<String> = value.as_object().unwrap().keys().cloned().collect();
+    keys.sort();
+    keys
+}
+
+fn id(value: &Value) -> String {
+    value["id"].as_str().unwrap().to_owned()
+}
+
+async fn two(app: &TestApp, ann_balance: &str) -> (Person, Person) {
+    let store = app.store.as_ref();
+    (
+        person(store, "ann", ann_balance).await,
+        person(store, "bob", "0").await,
+    )
+}
+
+async fn a_pay_is_held_at_once_then_settled_and_every_field_is_shown(backend: Backend) {
+    let Some(app) = TestApp::spawn(backend).await else {
+        return;
+    };
+    let store = app.store.as_ref();
+    let (ann, bob) = two(&app, "20").await;
+    let answer = app
+        .post(
+            "/payments",
+            &ann.token,
+            json!({"user_id": bob.id, "amount": 12.5, "note": "  lunch  ", "audience": "FRIENDS"}),
+        )
+        .await;
+    let data = answer.ok();
+    assert_eq!(keys(data), ["balance", "payment"]);
+    assert!(answer.text.contains(r#""balance":7.50"#), "{}", answer.text);
+    assert!(answer.text.contains(r#""amount":12.50"#), "{}", answer.text);
+    let payment = &data["payment"];
+    assert_eq!(keys(payment), PAYMENT_KEYS);
+    assert_eq!(payment["status"], "pending");
+    assert_eq!(payment["action"], "pay");
+    assert_eq!(payment["note"], "lunch");
+    assert_eq!(payment["audience"], "friends");
+    assert_eq!(payment["medium"], "api");
+    assert!(payment["fee"].is_null());
+    assert!(payment["refund"].is_null());
+    assert!(payment["date_completed"].is_null());
+    assert_eq!(payment["date_created"].as_str().unwrap().len(), 20);
+    assert_user_object(&payment["actor"], &ann.id, "ann");
+    let target = &payment["target"];
+    assert_eq!(keys(target), ["email", "phone", "type", "user"]);
+    assert_eq!(target["type"], "user");
+    assert!(target["email"].is_null() && target["phone"].is_null());
+    assert_user_object(&target["user"], &bob.id, "bob");
+
+    let settled = app
+        .wait_for_status(&ann.token, &id(payment), "settled")
+        .await;
+    assert!(settled["date_completed"].as_str().unwrap().ends_with('Z'));
+    assert_eq!(balance_cents(store, &ann.id).await, 750);
+    assert_eq!(balance_cents(store, &bob.id).await, 1250);
+    // The target sees it too; a stranger does not.
+    assert_eq!(
+        app.get(&format!("/payments/{}", id(payment)), &bob.token)
+            .await
+            .ok()["status"],
+        "settled"
+    );
+    let eve = person(store, "eve", "0").await;
+    app.get(&format!("/payments/{}", id(payment)), &eve.token)
+        .await
+        .error(404, "not_found");
+    // Without access_balance the balance is null.
+    let narrow = crate::fixtures::token(store, &ann.id, "make_payments").await;
+    let answer = app
+        .post(
+            "/payments",
+            &narrow,
+            json!({"user_id": bob.id, "amount": "1", "note": "x"}),
+        )
+        .await;
+    assert!(answer.ok()["balance"].is_null());
+    audit_ok(store).await;
+}
+
+async fn a_pay_settles_only_after_the_settlement_delay(backend: Backend) {
+    let Some(app) = TestApp::spawn_with(backend, |s| {
+        s.settlement_delay = Duration::from_millis(1500)
+    })
+    .await
+    else {
+        return;
+    };
+    let (ann, bob) = two(&app, "10").await;
+    let payment = app.pay(&ann, &bob, "4").await.ok()["payment"].clone();
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let shown = app
+        .get(&format!("/payments/{}", id(&payment)), &ann.token)
+        .await;
+    assert_eq!(shown.ok()["status"], "pending");
+    assert_eq!(balance_cents(app.store.as_ref(), &bob.id).await, 0);
+    audit_ok(app.store.as_ref()).await;
+    app.wait_for_status(&ann.token, &id(&payment), "settled")
+        .await;
+    assert_eq!(balance_cents(app.store.as_ref(), &bob.id).await, 400);
+}
+
+async fn a_pay_to_a_suspended_account_fails_and_is_refunded(backend: Backend) {
+    let Some(app) = TestApp::spawn(backend).await else {
+        return;
+    };
+    let store = app.store.as_ref();
+    let (ann, bob) = two(&app, "10").await;
+    suspend(store, &bob.id).await;
+    let payment = app.pay(&ann, &bob, "3.25").await.ok()["payment"].clone();
+    let failed = app
+        .wait_for_status(&ann.token, &id(&payment), "failed")
+        .await;
+    assert!(failed["date_completed"].is_string());
+    let refund = &failed["refund"];
+    assert_eq!(keys(refund), PAYMENT_KEYS);
+    assert_eq!(refund["action"], "pay");
+    assert_eq!(refund["status"], "settled");
+    assert_eq!(refund["amount"], 3.25);
+    assert_eq!(refund["target"]["type"], "user");
+    assert_user_object(&refund["target"]["user"], &ann.id, "ann");
+    assert_user_object(&refund["actor"], &bob.id, "bob");
+    assert!(refund["refund"].is_null());
+    assert_eq!(balance_cents(store, &ann.id).await, 1000);
+    assert_eq!(balance_cents(store, &bob.id).await, 0);
+    // Refunds are not items of the list.
+    let list = app.get("/payments", &ann.token).await;
+    assert_eq!(list.ok().as_array().unwrap().len(), 1);
+    audit_ok(store).await;
+}
+
+async fn a_pay_to_an_email_is_claimed_when_an_account_verifies_it(backend: Backend) {
+    let Some(app) = TestApp::spawn(backend).await else {
+        return;
+    };
+    let store = app.store.as_ref();
+    let ann = person(store, "ann", "10").await;
+    let answer = app
+        .post(
+            "/payments",
+            &ann.token,
+            json!({"email": "New@Example.com", "amount": "6", "note": "welcome"}),
+        )
+        .await;
+    let payment = answer.ok()["payment"].clone();
+    assert_eq!(
+        payment["target"],
+        json!({"type": "email", "email": "new@example.com", "phone": null, "user": null})
+    );
+    let by_phone = app
+        .post(
+            "/payments",
+            &ann.token,
+            json!({"phone": "(212) 555-0199", "amount": "-2", "note": "owed"}),
+        )
+        .await;
+    let charge = by_phone.ok()["payment"].clone();
+    assert_eq!(charge["target"]["phone"], "+12125550199");
+    assert_eq!(charge["action"], "charge");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        app.get(&format!("/payments/{}", id(&payment)), &ann.token)
+            .await
+            .ok()["status"],
+        "pending"
+    );
+
+    // An account with that address, not yet verified, does not get the money.
+    let bob = person_with(
+        store,
+        "bob",
+        PersonSpec {
+            email: Some("new@example.com"),
+            phone: Some("+12125550199"),
+            ..Default::default()
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(balance_cents(store, &bob.id).await, 0);
+    let status = tally::admin::user_flags(
+        store,
+        "bob",
+        tally::store::UserFlags {
+            verified: Some(true),
+            suspended: None,
+        },
+        Duration::ZERO,
+    )
+    .await
+    .unwrap();
+    assert!(status.verified);
+    let settled = app
+        .wait_for_status(&ann.token, &id(&payment), "settled")
+        .await;
+    assert_eq!(settled["target"]["type"], "email");
+    assert!(settled["target"]["email"].is_null());
+    assert_user_object(&settled["target"]["user"], &bob.id, "bob");
+    assert_eq!(balance_cents(store, &bob.id).await, 600);
+    // The claimed charge now waits for bob, who can see and approve it.
+    let listed = app.get("/payments?action=charge", &bob.token).await;
+    assert_eq!(listed.ok().as_array().unwrap().len(), 1);
+    let approved = app
+        .put(
+            &format!("/payments/{}", id(&charge)),
+            &bob.token,
+            json!({"action": "approve"}),
+        )
+        .await;
+    assert_eq!(approved.ok()["payment"]["status"], "settled");
+    assert_eq!(balance_cents(store, &bob.id).await, 400);
+    assert_eq!(balance_cents(store, &ann.id).await, 600);
+    audit_ok(store).await;
+}
+
+async fn unclaimed_payments_expire_and_pays_come_back(backend: Backend) {
+    let Some(app) =
+        TestApp::spawn_with(backend, |s| s.unclaimed_expiry = Duration::from_millis(300)).await
+    else {
+        return;
+    };
+    let store = app.store.as_ref();
+    let ann = person(store, "ann", "10").await;
+    let pay = app
+        .post(
+            "/payments",
+            &ann.token,
+            json!({"email": "nobody@example.com", "amount": "4", "note": "x"}),
+        )
+        .await
+        .ok()["payment"]
+        .clone();
+    let charge = app
+        .post(
+            "/payments",
+            &ann.token,
+            json!({"phone": "2125550111", "amount": "-4", "note": "x"}),
+        )
+        .await
+        .ok()["payment"]
+        .clone();
+    assert_eq!(balance_cents(store, &ann.id).await, 600);
+    let expired = app.wait_for_status(&ann.token, &id(&pay), "expired").await;
+    let refund = &expired["refund"];
+    assert_eq!(refund["status"], "settled");
+    assert!(refund["actor"].is_null(), "{refund}");
+    assert_user_object(&refund["target"]["user"], &ann.id, "ann");
+    let expired_charge = app
+        .wait_for_status(&ann.token, &id(&charge), "expired")
+        .await;
+    assert!(expired_charge["refund"].is_null());
+    assert_eq!(balance_cents(store, &ann.id).await, 1000);
+    // Not pending any more: every PUT is 409.
+    app.put(
+        &format!("/payments/{}", id(&pay)),
+        &ann.token,
+        json!({"action": "cancel"}),
+    )
+    .await
+    .error(409, "invalid_state");
+    audit_ok(store).await;
+}
+
+async fn charges_are_approved_denied_or_cancelled_by_the_right_party(backend: Backend) {
+    let Some(app) = TestApp::spawn(backend).await else {
+        return;
+    };
+    let store = app.store.as_ref();
+    let (ann, bob) = two(&app, "1").await;
+    let eve = person(store, "eve", "0").await;
+    let charge = app.pay(&ann, &bob, "-5").await;
+    assert!(charge.text.contains(r#""amount":5.00"#));
+    let charge = charge.ok()["payment"].clone();
+    assert_eq!(
+        (charge["action"].as_str(), charge["status"].as_str()),
+        (Some("charge"), Some("pending"))
+    );
+    let path = format!("/payments/{}", id(&charge));
+    // Nothing moves until the target approves.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(balance_cents(store, &ann.id).await, 100);
+
+    app.put(&path, &ann.token, json!({"action": "approve"}))
+        .await
+        .error(403, "action_not_allowed");
+    app.put(&path, &bob.token, json!({"action": "cancel"}))
+        .await
+        .error(403, "action_not_allowed");
+    app.put(&path, &eve.token, json!({"action": "approve"}))
+        .await
+        .error(404, "not_found");
+    app.put(&path, &bob.token, json!({"action": "approve"}))
+        .await
+        .error(400, "insufficient_funds");
+    assert_eq!(app.get(&path, &bob.token).await.ok()["status"], "pending");
+
+    tally::ledger::deposit(store, &bob.id, tally::domain::Amount::parse("8").unwrap())
+        .await
+        .unwrap();
+    let approved = app
+        .put(&path, &bob.token, json!({"action": "APPROVE"}))
+        .await;
+    assert!(
+        approved.text.contains(r#""balance":3.00"#),
+        "{}",
+        approved.text
+    );
+    let payment = &approved.ok()["payment"];
+    assert_eq!(payment["status"], "settled");
+    assert!(payment["date_completed"].is_string());
+    assert_eq!(balance_cents(store, &ann.id).await, 600);
+    app.put(&path, &bob.token, json!({"action": "approve"}))
+        .await
+        .error(409, "invalid_state");
+
+    let denied = app.pay(&ann, &bob, "-1").await.ok()["payment"].clone();
+    let answer = app
+        .put(
+            &format!("/payments/{}", id(&denied)),
+            &bob.token,
+            json!({"action": "deny"}),
+        )
+        .await;
+    assert_eq!(answer.ok()["payment"]["status"], "cancelled");
+    let cancelled = app.pay(&ann, &bob, "-1").await.ok()["payment"].clone();
+    let answer = app
+        .put(
+            &format!("/payments/{}", id(&cancelled)),
+            &ann.token,
+            json!({"action": "cancel"}),
+        )
+        .await;
+    assert_eq!(answer.ok()["payment"]["status"], "cancelled");
+    assert!(answer.ok()["payment"]["refund"].is_null());
+    assert_eq!(balance_cents(store, &bob.id).await, 300);
+    // A pay cannot be approved by its target.
+    let pay = app.pay(&bob, &ann, "1").await.ok()["payment"].clone();
+    let answer = app
+        .put(
+            &format!("/payments/{}", id(&pay)),
+            &ann.token,
+            json!({"action": "approve"}),
+        )
+        .await;
+    assert!(
+        answer.status == 403 || answer.status == 409,
+        "{}",
+        answer.body
+    );
+    audit_ok(store).await;
+}
+
+async fn cancelling_a_held_pay_refunds_the_actor(backend: Backend) {
+    let Some(app) =
+        TestApp::spawn_with(backend, |s| s.settlement_delay = Duration::from_secs(3600)).await
+    else {
+        return;
+    };
+    let store = app.store.as_ref();
+    let (ann, bob) = two(&app, "10").await;
+    let pay = app.pay(&ann, &bob, "2.50").await.ok()["payment"].clone();
+    let path = format!("/payments/{}", id(&pay));
+    app.put(&path, &bob.token, json!({"action": "cancel"}))
+        .await
+        .error(403, "action_not_allowed");
+    app.put(&path, &bob.token, json!({"action": "approve"}))
+        .await
+        .error(403, "action_not_allowed");
+    let answer = app
+        .put(&path, &ann.token, json!({"action": "cancel"}))
+        .await;
+    assert!(
+        answer.text.contains(r#""balance":10.00"#),
+        "{}",
+        answer.text
+    );
+    let payment = &answer.ok()["payment"];
+    assert_eq!(payment["status"], "cancelled");
+    assert_eq!(payment["refund"]["status"], "settled");
+    assert_eq!(payment["refund"]["amount"], 2.5);
+    assert_user_object(&payment["refund"]["target"]["user"], &ann.id, "ann");
+    assert_eq!(
+        app.get(&path, &bob.token).await.ok()["refund"]["action"],
+        "pay"
+    );
+    app.put(&path, &ann.token, json!({"action": "cancel"}))
+        .await
+        .error(409, "invalid_state");
+    assert_eq!(balance_cents(store, &ann.id).await, 1000);
+    assert_eq!(balance_cents(store, &bob.id).await, 0);
+    audit_ok(store).await;
+}
+
+async fn a_pay_the_balance_cannot_cover_is_refused(backend: Backend) {
+    let Some(app) = TestApp::spawn(backend).await else {
+        return;
+    };
+    let (ann, bob) = two(&app, "5").await;
+    app.pay(&ann, &bob, "5.01")
+        .await
+        .error(400, "insufficient_funds");
+    assert_eq!(
+        app.get("/payments", &ann.token)
+            .await
+            .ok()
+            .as_array()
+            .unwrap()
+            .len(),
+        0
+    );
+    assert_eq!(balance_cents(app.store.as_ref(), &ann.id).await, 500);
+    assert_eq!(app.pay(&ann, &bob, "5.00").await.ok()["balance"], 0.0);
+    audit_ok(app.store.as_ref()).await;
+}
+
+async fn bad_inputs_are_refused_with_their_code_and_write_nothing(backend: Backend) {
+    let Some(app) = TestApp::spawn(backend).await else {
+        return;
+    };
+    let store = app.store.as_ref();
+    let ann = person_with(
+        store,
+        "ann",
+        PersonSpec {
+            email: Some("ann@example.com"),
+            phone: Some("+12125550187"),
+            verified: true,
+            balance: Some("10"),
+            ..Default::default()
+        },
+    )
+    .await;
+    let bob = person(store, "bob", "0").await;
+    let base = json!({"user_id": bob.id, "amount": "1.00", "note": "x"});
+    let with = |changes: Value| {
+        let mut body = base.clone();
+        for (k, v) in changes.as_object().unwrap() {
+            if v.is_null() {
+                body.as_object_mut().unwrap().remove(k);
+            } else {
+                body[k] = v.clone();
+            }
+        }
+        body
+    };
+    let long_note = "x".repeat(501);
+    let cases: Vec<(Value, u16, &str)> = vec![
+        (with(json!({"amount": null})), 400, "missing_parameter"),
+        (with(json!({"amount": ""})), 400, "invalid_amount"),
+        (with(json!({"amount": "0"})), 400, "invalid_amount"),
+        (with(json!({"amount": 0})), 400, "invalid_amount"),
+        (with(json!({"amount": "0.00"})), 400, "invalid_amount"),
+        (with(json!({"amount": "1.001"})), 400, "invalid_amount"),
+        (with(json!({"amount": "abc"})), 400, "invalid_amount"),
+        (with(json!({"amount": "1e2"})), 400, "invalid_amount"),
+        (with(json!({"amount": "1,00"})), 400, "invalid_amount"),
+        (with(json!({"amount": "5000.01"})), 400, "invalid_amount"),
+        (with(json!({"amount": "-5000.01"})), 400, "invalid_amount"),
+        (with(json!({"amount": true})), 400, "invalid_amount"),
+        (with(json!({"amount": [1]})), 400, "invalid_amount"),
+        (
+            with(json!({"amount": "5000.00"})),
+            400,
+            "insufficient_funds",
+        ),
+        (with(json!({"note": null})), 400, "missing_parameter"),
+        (with(json!({"note": ""})), 400, "invalid_note"),
+        (with(json!({"note": "   "})), 400, "invalid_note"),
+        (with(json!({"note": long_note})), 400, "invalid_note"),
+        (with(json!({"note": {"a": 1}})), 400, "invalid_note"),
+        (with(json!({"user_id": null})), 400, "invalid_target"),
+        (
+            with(json!({"email": "x@example.com"})),
+            400,
+            "invalid_target",
+        ),
+        (with(json!({"phone": "2125550100"})), 400, "invalid_target"),
+        (with(json!({"user_id": "nobody"})), 400, "invalid_target"),
+        (with(json!({"user_id": ann.id})), 400, "invalid_target"),
+        (
+            with(json!({"user_id": null, "email": "not-an-email"})),
+            400,
+            "invalid_target",
+        ),
+        (
+            with(json!({"user_id": null, "email": "ANN@example.com"})),
+            400,
+            "invalid_target",
+        ),
+        (
+            with(json!({"user_id": null, "phone": "123"})),
+            400,
+            "invalid_target",
+        ),
+        (
+            with(json!({"user_id": null, "phone": "+44 20 7946 0958"})),
+            400,
+            "invalid_target",
+        ),
+        (
+            with(json!({"user_id": null, "phone": "212.555.0187"})),
+            400,
+            "invalid_target",
+        ),
+        (
+            with(json!({"audience": "everyone"})),
+            400,
+            "invalid_audience",
+        ),
+        (with(json!({"audience": 5})), 400, "invalid_audience"),
+    ];
+    for (body, status, code) in &cases {
+        let answer = app.post("/payments", &ann.token, body.clone()).await;
+        assert_eq!(
+            (answer.status, answer.code()),
+            (*status, *code),
+            "{body}: {}",
+            answer.body
+        );
+    }
+    // Malformed bodies and headers.
+    let response = app
+        .http
+        .post(app.url("/v1/payments"))
+        .bearer_auth(&ann.token)
+        .header("content-type", "application/json")
+        .body("{not json")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 400);
+    let response = app
+        .http
+        .post(app.url("/v1/payments"))
+        .bearer_auth(&ann.token)
+        .header("idempotency-key", "k".repeat(300))
+        .json(&base)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 400);
+
+    // Reads and updates.
+    for (path, code) in [
+        ("/payments?limit=0", "invalid_request"),
+        ("/payments?limit=-1", "invalid_request"),
+        ("/payments?limit=ten", "invalid_request"),
+        ("/payments?action=refund", "invalid_request"),
+        ("/payments?status=done", "invalid_request"),
+        ("/payments?status=settled,done", "invalid_request"),
+        ("/payments?before=yesterday", "invalid_request"),
+        ("/payments?after=2026-13-01", "invalid_request"),
+        ("/payments?before_id=abc", "invalid_request"),
+        ("/users?query=a&limit=x", "invalid_request"),
+        ("/users?query=a&offset=-1", "invalid_request"),
+        ("/users?query=", "missing_parameter"),
+    ] {
+        let answer = app.get(path, &ann.token).await;
+        assert_eq!(
+            (answer.status, answer.code()),
+            (400, code),
+            "{path}: {}",
+            answer.body
+        );
+    }
+    let friends = app
+        .get(&format!("/users/{}/friends?limit=0", ann.id), &ann.token)
+        .await;
+    friends.error(400, "invalid_request");
+    app.put("/payments/nothing", &ann.token, json!({}))
+        .await
+        .error(400, "missing_parameter");
+    app.put("/payments/nothing", &ann.token, json!({"action": "steal"}))
+        .await
+        .error(400, "invalid_request");
+    app.put("/payments/nothing", &ann.token, json!({"action": "cancel"}))
+        .await
+        .error(404, "not_found");
+
+    // Nothing was written.
+    assert_eq!(balance_cents(store, &ann.id).await, 1000);
+    assert_eq!(
+        app.get("/payments", &ann.token)
+            .await
+            .ok()
+            .as_array()
+            .unwrap()
+            .len(),
+        0
+    );
+    assert_eq!(
+        app.get("/payments", &bob.token)
+            .await
+            .ok()
+            .as_array()
+            .unwrap()
+            .len(),
+        0
+    );
+    audit_ok(store).await;
+}
+
+async fn payments_are_listed_newest_first_and_filtered(backend: Backend) {
+    let Some(app) =
+        TestApp::spawn_with(backend, |s| s.settlement_delay = Duration::from_secs(3600)).await
+    else {
+        return;
+    };
+    let store = app.store.as_ref();
+    let (ann, bob) = two(&app, "10").await;
+    let carl = person(store, "carl", "10").await;
+    let first = id(&app.pay(&ann, &bob, "1").await.ok()["payment"]);
+    let second = id(&app.pay(&bob, &ann, "-2").await.ok()["payment"]);
+    let third = id(&app.pay(&carl, &ann, "3").await.ok()["payment"]);
+    let _unrelated = app.pay(&carl, &bob, "1").await;
+    app.put(
+        &format!("/payments/{first}"),
+        &ann.token,
+        json!({"action": "cancel"}),
+    )
+    .await
+    .ok();
+
+    let ids = |answer: &crate::fixtures::Answer| -> Vec<String> {
+        answer.ok().as_array().unwrap().iter().map(id).collect()
+    };
+    let all = app.get("/payments", &ann.token).await;
+    assert_eq!(ids(&all), [third.clone(), second.clone(), first.clone()]);
+    assert!(all.body["pagination"]["next"].is_null());
+    assert_eq!(
+        ids(&app.get("/payments?action=charge", &ann.token).await),
+        std::slice::from_ref(&second)
+    );
+    assert_eq!(
+        ids(&app.get("/payments?status=cancelled", &ann.token).await),
+        std::slice::from_ref(&first)
+    );
+    assert_eq!(
+        ids(&app
+            .get("/payments?status=pending,cancelled", &ann.token)
+            .await)
+        .len(),
+        3
+    );
+    assert_eq!(
+        ids(&app
+            .get(
+                &format!("/payments?actor={},{}", carl.id, bob.id),
+                &ann.token
+            )
+            .await),
+        [third.clone(), second.clone()]
+    );
+    assert_eq!(
+        ids(&app.get("/payments?before=2000-01-01", &ann.token).await).len(),
+        0
+    );
+    assert_eq!(
+        ids(&app
+            .get("/payments?after=2000-01-01T00:00:00%2B00:00", &ann.token)
+            .await)
+        .len(),
+        3
+    );
+    assert_eq!(
+        ids(&app
+            .get("/payments?after=2999-01-01T00:00:00.5", &ann.token)
+            .await)
+        .len(),
+        0
+    );
+    // The cancelled pay shows its refund; the list never shows refunds as items.
+    let listed = all.ok().as_array().unwrap();
+    assert_eq!(listed[2]["refund"]["status"], "settled");
+    let page = app.get("/payments?limit=1&action=pay", &ann.token).await;
+    assert_eq!(ids(&page), [third]);
+    let next = page.body["pagination"]["next"].as_str().unwrap();
+    assert!(
+        next.starts_with(&format!("{}/v1/payments?", app.origin)),
+        "{next}"
+    );
+    assert!(
+        next.contains("action=pay") && next.contains("limit=1") && next.contains("before="),
+        "{next}"
+    );
+    assert!(
+        !next.contains("access_token") && !next.contains("tly_"),
+        "{next}"
+    );
+    let last = app.get(next, &ann.token).await;
+    assert_eq!(ids(&last), [first]);
+    assert!(last.body["pagination"]["next"].is_null());
+}
+
+async fn paging_through_120_payments_with_one_timestamp_returns_each_once(backend: Backend) {
+    let Some(app) = TestApp::spawn(backend).await else {
+        return;
+    };
+    let store = app.store.as_ref();
+    let (ann, bob) = two(&app, "0").await;
+    let at = tally::domain::now_micros() - 60_000_000;
+    let mut made = HashSet::new();
+    for i in 0..120 {
+        let payment = Payment {
+            id: tally::domain::new_id(),
+            kind: kinds::PAYMENT.to_owned(),
+            actor_id: Some(if i % 2 == 0 {
+                ann.id.clone()
+            } else {
+                bob.id.clone()
+            }),
+            target_type: "user".to_owned(),
+            target_user_id: Some(if i % 2 == 0 {
+                bob.id.clone()
+            } else {
+                ann.id.clone()
+            }),
+            target_email: None,
+            target_phone: None,
+            action: "charge".to_owned(),
+            amount_cents: 100 + i,
+            note: format!("charge {i}"),
+            audience: "private".to_owned(),
+            status: "pending".to_owned(),
+            medium: "api".to_owned(),
+            date_created: at,
+            date_completed: None,
+            settle_after: None,
+            expires_at: None,
+            refund_payment_id: None,
+        };
+        made.insert(payment.id.clone());
+        store
+            .insert_payment(&PaymentInsert {
+                payment,
+                hold_movement_id: None,
+                idempotency: None,
+            })
+            .await
+            .unwrap();
+    }
+    let mut seen = Vec::new();
+    let mut url = "/payments?limit=7".to_owned();
+    for _ in 0..30 {
+        let answer = app.get(&url, &ann.token).await;
+        let page = answer.ok().as_array().unwrap();
+        assert!(page.len() <= 7);
+        seen.extend(page.iter().map(id));
+        match answer.body["pagination"]["next"].as_str() {
+            Some(next) => url = next.to_owned(),
+            None => break,
+        }
+    }
+    assert_eq!(seen.len(), 120, "every payment once");
+    assert_eq!(seen.iter().cloned().collect::<HashSet<_>>(), made);
+    // The largest limit is clamped to 50.
+    let answer = app.get("/payments?limit=500", &ann.token).await;
+    assert_eq!(answer.ok().as_array().unwrap().len(), 50);
+    assert!(answer.body["pagination"]["next"]
+        .as_str()
+        .unwrap()
+        .contains("limit=50"));
+}
+
+async fn a_retried_post_with_the_same_key_replays_and_debits_once(backend: Backend) {
+    let Some(app) = TestApp::spawn(backend).await else {
+        return;
+    };
+    let store = app.store.as_ref();
+    let (ann, bob) = two(&app, "10").await;
+    let send = |key: &'static str, amount: &'static str, token: String| {
+        let http = app.http.clone();
+        let url = app.url("/v1/payments");
+        let bob_id = bob.id.clone();
+        async move {
+            let response = http
+                .post(url)
+                .bearer_auth(token)
+                .header("Idempotency-Key", key)
+                .form(&[
+                    ("user_id", bob_id.as_str()),
+                    ("amount", amount),
+                    ("note", "rent"),
+                ])
+                .send()
+                .await
+                .unwrap();
+            let status = response.status().as_u16();
+            (status, response.json::<Value>().await.unwrap())
+        }
+    };
+    let (status, first) = send("key-1", "4", ann.token.clone()).await;
+    assert_eq!(status, 200, "{first}");
+    // Retries, even concurrent ones, get the same payment and debit nothing more.
+    let retries =
+        futures_util::future::join_all((0..5).map(|_| send("key-1", "4", ann.token.clone()))).await;
+    for (status, body) in retries {
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(
+            body["data"]["payment"]["id"],
+            first["data"]["payment"]["id"]
+        );
+        assert_eq!(body["data"]["payment"]["status"], "pending");
+        assert_eq!(body["data"]["balance"], first["data"]["balance"]);
+    }
+    assert_eq!(balance_cents(store, &ann.id).await, 600);
+    let (status, conflict) = send("key-1", "5", ann.token.clone()).await;
+    assert_eq!(
+        (status, conflict["error"]["code"].as_str()),
+        (409, Some("idempotency_conflict"))
+    );
+    // Keys are per owner: bob may use the same key for his own payment.
+    let bob_pays_ann = app
+        .http
+        .post(app.url("/v1/payments"))
+        .bearer_auth(&bob.token)
+        .header("Idempotency-Key", "key-1")
+        .form(&[
+            ("user_id", ann.id.as_str()),
+            ("amount", "-1"),
+            ("note", "x"),
+        ])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bob_pays_ann.status(), 200);
+    // A failed request does not use up its key.
+    let (status, _) = send("key-2", "100", ann.token.clone()).await;
+    assert_eq!(status, 400);
+    tally::ledger::deposit(store, &ann.id, tally::domain::Amount::parse("100").unwrap())
+        .await
+        .unwrap();
+    let (status, _) = send("key-2", "100", ann.token.clone()).await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        app.get("/payments?action=pay", &ann.token)
+            .await
+            .ok()
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+    audit_ok(store).await;
+}

@@ -1,0 +1,405 @@
+//! `/me`, `/users`, friends, tokens and the conventions of SPEC §2 over real HTTP.
+
+use crate::fixtures::{person, person_with, token, PersonSpec};
+use crate::helpers::{on_both_backends, Backend, TestApp};
+use serde_json::{json, Value};
+
+on_both_backends!(
+    me_shows_the_profile_with_what_the_scopes_allow,
+    users_are_shown_searched_and_their_friends_paged,
+    each_endpoint_refuses_a_token_without_its_scope,
+    the_token_may_come_as_header_query_or_form_but_not_two_different_ones,
+    unknown_paths_and_wrong_methods_answer_json_errors,
+    bad_tokens_get_401_with_www_authenticate,
+);
+
+fn keys(value: &Value) -> Vec<String> {
+    let mut keys: Vec<String> = value
+        .as_object()
+        .unwrap_or_else(|| panic!("not an object: {value}"))
+        .keys()
+        .cloned()
+        .collect();
+    keys.sort();
+    keys
+}
+
+pub const USER_KEYS: [&str; 8] = [
+    "about",
+    "date_joined",
+    "display_name",
+    "first_name",
+    "id",
+    "last_name",
+    "profile_picture_url",
+    "username",
+];
+
+#[track_caller]
+pub fn assert_user_object(value: &Value, id: &str, username: &str) {
+    assert_eq!(keys(value), USER_KEYS, "{value}");
+    assert_eq!(value["id"], id);
+    assert_eq!(value["username"], username);
+    assert_eq!(value["display_name"], "First Last");
+    assert!(value["profile_picture_url"].is_null());
+    let joined = value["date_joined"].as_str().unwrap();
+    assert_eq!(joined.len(), 20, "{joined}");
+    assert!(joined.ends_with('Z'));
+}
+
+async fn me_shows_the_profile_with_what_the_scopes_allow(backend: Backend) {
+    let Some(app) = TestApp::spawn(backend).await else {
+        return;
+    };
+    let store = app.store.as_ref();
+    let ann = person_with(
+        store,
+        "ann",
+        PersonSpec {
+            email: Some("ann@example.com"),
+            phone: Some("+12125550187"),
+            verified: true,
+            balance: Some("12.50"),
+            ..Default::default()
+        },
+    )
+    .await;
+    let bob = person(store, "bob", "0").await;
+    store.add_friendship(&ann.id, &bob.id, 1).await.unwrap();
+
+    let answer = app.get("/me", &ann.token).await;
+    let data = answer.ok();
+    assert_eq!(keys(data), ["balance", "user"]);
+    assert!(
+        answer.text.contains(r#""balance":12.50"#),
+        "{}",
+        answer.text
+    );
+    let user = &data["user"];
+    let mut expected: Vec<&str> = USER_KEYS.to_vec();
+    expected.extend(["email", "friends_count", "is_friend", "phone"]);
+    expected.sort();
+    assert_eq!(keys(user), expected);
+    assert_eq!(user["is_friend"], false);
+    assert_eq!(user["friends_count"], 1);
+    assert_eq!(user["email"], "ann@example.com");
+    assert_eq!(user["phone"], "+12125550187");
+    assert_eq!(user["about"], "about ann");
+
+    // Without access_balance, access_email and access_phone those are null.
+    let narrow = token(store, &ann.id, "access_profile").await;
+    let data = app.get("/me", &narrow).await.ok().clone();
+    assert!(data["balance"].is_null());
+    assert!(data["user"]["email"].is_null());
+    assert!(data["user"]["phone"].is_null());
+    assert_eq!(data["user"]["username"], "ann");
+}
+
+async fn users_are_shown_searched_and_their_friends_paged(backend: Backend) {
+    let Some(app) = TestApp::spawn(backend).await else {
+        return;
+    };
+    let store = app.store.as_ref();
+    let ann = person_with(
+        store,
+        "ann",
+        PersonSpec {
+            email: Some("ann@example.com"),
+            phone: Some("+12125550187"),
+            first_name: Some("Annabel"),
+            ..Default::default()
+        },
+    )
+    .await;
+    let answer = app.get(&format!("/users/{}", ann.id), &ann.token).await;
+    let user = answer.ok();
+    assert_eq!(keys(user), USER_KEYS);
+    assert_eq!(user["display_name"], "Annabel Last");
+    app.get("/users/nobody", &ann.token)
+        .await
+        .error(404, "not_found");
+
+    let mut friends = Vec::new();
+    for i in 0..5 {
+        let friend = person(store, &format!("friend{i}"), "0").await;
+        store.add_friendship(&ann.id, &friend.id, 1).await.unwrap();
+        friends.push(friend.id);
+    }
+    friends.sort();
+
+    // Search by part of a username, display name, exact e-mail and phone.
+    for (query, expected) in [
+        ("friend", 5),
+        ("FRIEND3", 1),
+        ("annabel", 1),
+        ("ann@example.com", 1),
+        ("(212) 555-0187", 1),
+        ("nobody-like-this", 0),
+        ("%", 0),
+    ] {
+        let answer = app
+            .get(&format!("/users?query={}", urlencode(query)), &ann.token)
+            .await;
+        assert_eq!(answer.ok().as_array().unwrap().len(), expected, "{query}");
+        assert!(answer.body["pagination"]["next"].is_null());
+    }
+    let answer = app.get("/users?query=friend&limit=2", &ann.token).await;
+    let page: Vec<&str> = answer
+        .ok()
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|u| u["username"].as_str().unwrap())
+        .collect();
+    assert_eq!(page, ["friend0", "friend1"]);
+    let next = answer.body["pagination"]["next"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        next.starts_with(&format!("{}/v1/users?", app.origin)),
+        "{next}"
+    );
+    assert!(!next.contains("access_token"));
+    let answer = app.get(&next, &ann.token).await;
+    assert_eq!(answer.ok()[0]["username"], "friend2");
+    app.get("/users", &ann.token)
+        .await
+        .error(400, "missing_parameter");
+
+    // Friends are paged by id with `after`.
+    let mut seen = Vec::new();
+    let mut url = format!("/users/{}/friends?limit=2", ann.id);
+    for _ in 0..5 {
+        let answer = app.get(&url, &ann.token).await;
+        for user in answer.ok().as_array().unwrap() {
+            assert_eq!(keys(user), USER_KEYS);
+            seen.push(user["id"].as_str().unwrap().to_owned());
+        }
+        match answer.body["pagination"]["next"].as_str() {
+            Some(next) => {
+                assert!(
+                    next.starts_with(&format!("{}/v1/users/", app.origin)),
+                    "{next}"
+                );
+                assert!(
+                    next.contains("after=") && next.contains("limit=2"),
+                    "{next}"
+                );
+                assert!(!next.contains("tly_"), "{next}");
+                url = next.to_owned();
+            }
+            None => break,
+        }
+    }
+    assert_eq!(seen, friends);
+    app.get("/users/nobody/friends", &ann.token)
+        .await
+        .error(404, "not_found");
+    let answer = app
+        .get(&format!("/users/{}/friends?limit=500", ann.id), &ann.token)
+        .await;
+    assert_eq!(answer.ok().as_array().unwrap().len(), 5);
+}
+
+pub fn urlencode(text: &str) -> String {
+    url::form_urlencoded::byte_serialize(text.as_bytes()).collect()
+}
+
+async fn each_endpoint_refuses_a_token_without_its_scope(backend: Backend) {
+    let Some(app) = TestApp::spawn(backend).await else {
+        return;
+    };
+    let store = app.store.as_ref();
+    let ann = person(store, "ann", "10").await;
+    let feed_only = token(store, &ann.id, "access_feed").await;
+    let profile_only = token(store, &ann.id, "access_profile").await;
+    let history_only = token(store, &ann.id, "access_payment_history").await;
+    use reqwest::Method;
+    for (method, path, token, scope) in [
+        (Method::GET, "/me".to_owned(), &feed_only, "access_profile"),
+        (
+            Method::GET,
+            format!("/users/{}", ann.id),
+            &feed_only,
+            "access_profile",
+        ),
+        (
+            Method::GET,
+            "/users?query=ann".to_owned(),
+            &feed_only,
+            "access_profile",
+        ),
+        (
+            Method::GET,
+            format!("/users/{}/friends", ann.id),
+            &profile_only,
+            "access_friends",
+        ),
+        (
+            Method::POST,
+            "/payments".to_owned(),
+            &profile_only,
+            "make_payments",
+        ),
+        (
+            Method::GET,
+            "/payments".to_owned(),
+            &feed_only,
+            "access_profile",
+        ),
+        (
+            Method::GET,
+            "/payments/x".to_owned(),
+            &feed_only,
+            "access_profile",
+        ),
+        (
+            Method::PUT,
+            "/payments/x".to_owned(),
+            &profile_only,
+            "make_payments",
+        ),
+    ] {
+        let answer = crate::fixtures::call(
+            &app.http,
+            &app.origin,
+            method.clone(),
+            &path,
+            Some(token),
+            Some(json!({"action": "cancel"})),
+        )
+        .await;
+        answer.error(403, "insufficient_scope");
+        let message = answer.body["error"]["message"].as_str().unwrap();
+        assert!(message.contains(scope), "{method} {path}: {message}");
+    }
+    // access_payment_history reads payments as access_profile does.
+    assert_eq!(app.get("/payments", &history_only).await.status, 200);
+    app.get("/payments/x", &history_only)
+        .await
+        .error(404, "not_found");
+}
+
+async fn the_token_may_come_as_header_query_or_form_but_not_two_different_ones(backend: Backend) {
+    let Some(app) = TestApp::spawn(backend).await else {
+        return;
+    };
+    let store = app.store.as_ref();
+    let ann = person(store, "ann", "10").await;
+    let other = token(store, &ann.id, "access_profile").await;
+    let me = app.url("/v1/me");
+
+    let by_query = app
+        .http
+        .get(format!("{me}?access_token={}", ann.token))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(by_query.status(), 200);
+    let by_form = app
+        .http
+        .post(app.url("/v1/payments"))
+        .form(&[
+            ("access_token", ann.token.as_str()),
+            ("user_id", "nobody"),
+            ("amount", "1"),
+            ("note", "x"),
+        ])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(by_form.status(), 400);
+    let body: Value = by_form.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "invalid_target");
+    let same_twice = app
+        .http
+        .get(format!("{me}?access_token={}", ann.token))
+        .bearer_auth(&ann.token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(same_twice.status(), 200);
+    let different = app
+        .http
+        .get(format!("{me}?access_token={other}"))
+        .bearer_auth(&ann.token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(different.status(), 400);
+    let body: Value = different.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "invalid_request");
+}
+
+async fn unknown_paths_and_wrong_methods_answer_json_errors(backend: Backend) {
+    let Some(app) = TestApp::spawn(backend).await else {
+        return;
+    };
+    let ann = person(app.store.as_ref(), "ann", "0").await;
+    app.get("/nothing-here", &ann.token)
+        .await
+        .error(404, "not_found");
+    app.put("/me", &ann.token, json!({}))
+        .await
+        .error(405, "method_not_allowed");
+    crate::fixtures::call(
+        &app.http,
+        &app.origin,
+        reqwest::Method::DELETE,
+        "/payments",
+        Some(&ann.token),
+        None,
+    )
+    .await
+    .error(405, "method_not_allowed");
+    // Bodies other than form fields or JSON are refused, and so are huge ones.
+    let response = app
+        .http
+        .post(app.url("/v1/payments"))
+        .bearer_auth(&ann.token)
+        .header("content-type", "text/plain")
+        .body("amount=1")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 415);
+    let big = format!("note={}", "x".repeat(70 * 1024));
+    let response = app
+        .http
+        .post(app.url("/v1/payments"))
+        .bearer_auth(&ann.token)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(big)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 413);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "payload_too_large");
+}
+
+async fn bad_tokens_get_401_with_www_authenticate(backend: Backend) {
+    let Some(app) = TestApp::spawn(backend).await else {
+        return;
+    };
+    let ann = person(app.store.as_ref(), "ann", "0").await;
+    for token in [None, Some("tly_at_unknown"), Some("garbage")] {
+        let answer = crate::fixtures::call(
+            &app.http,
+            &app.origin,
+            reqwest::Method::GET,
+            "/me",
+            token,
+            None,
+        )
+        .await;
+        answer.error(401, "invalid_token");
+        let challenge = answer.headers["www-authenticate"].to_str().unwrap();
+        assert!(challenge.starts_with("Bearer"), "{challenge}");
+    }
+    crate::fixtures::suspend(app.store.as_ref(), &ann.id).await;
+    app.get("/me", &ann.token)
+        .await
+        .error(403, "account_suspended");
+}
