@@ -190,6 +190,8 @@ fn print_demo(demo: &demo::DemoCredentials, origin: &str) {
     println!("  client_id:     {}", demo.client_id);
     println!("  client_secret: {}", demo.client_secret.expose_secret());
     println!("  redirect_url:  {}", demo.redirect_url);
+    println!("Open this in a browser to sign in as a demo user and authorize the demo app:");
+    println!("  {}", demo.authorize_url);
 }
 
 async fn run_admin(args: AdminArgs, settings: Settings) -> ExitCode {
