@@ -3,9 +3,12 @@
 //! One integration binary: the real application over HTTP, the real `tally`
 //! binary, and the store conformance suite, each on SQLite and on PostgreSQL.
 
+mod browser;
 mod helpers;
+mod oauth_fixture;
 
 mod cli;
 mod config;
 mod health;
+mod oauth;
 mod store_conformance;
