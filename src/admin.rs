@@ -132,13 +132,11 @@ pub async fn find_user(store: &dyn Store, username: &str) -> Result<User, AdminE
 }
 
 /// Sets account flags. Verifying an account verifies its e-mail and phone, which
-/// claims the pending payments sent to them; claimed pays settle after
-/// `settlement_delay`.
+/// claims the pending payments sent to them.
 pub async fn user_flags(
     store: &dyn Store,
     username: &str,
     flags: UserFlags,
-    settlement_delay: std::time::Duration,
 ) -> Result<UserStatus, AdminError> {
     let user = find_user(store, username).await?;
     let user = store
@@ -146,7 +144,7 @@ pub async fn user_flags(
         .await?
         .ok_or_else(|| AdminError::UnknownUser(username.to_owned()))?;
     if flags.verified == Some(true) {
-        ledger::claim(store, &user, settlement_delay, now_micros()).await?;
+        ledger::claim(store, &user, now_micros()).await?;
     }
     Ok(UserStatus {
         id: user.id,

@@ -3,6 +3,7 @@
 
 use secrecy::SecretString;
 use std::net::SocketAddr;
+use std::num::NonZeroU32;
 use std::path::PathBuf;
 use std::time::Duration;
 use url::Url;
@@ -60,6 +61,10 @@ pub struct Settings {
     pub developer_signup: DeveloperSignup,
     pub log_filter: String,
     pub log_format: LogFormat,
+    /// REST API requests a minute per token.
+    pub api_rate_limit: NonZeroU32,
+    /// OAuth endpoint requests a minute per client IP.
+    pub oauth_rate_limit: NonZeroU32,
 }
 
 /// A setting whose value cannot be used. Displays as one line naming it.
@@ -171,6 +176,9 @@ impl Settings {
             }
         };
 
+        let api_rate_limit = per_minute(&get, "TALLY_API_RATE_LIMIT", 600)?;
+        let oauth_rate_limit = per_minute(&get, "TALLY_OAUTH_RATE_LIMIT", 300)?;
+
         Ok(Self {
             database_url,
             listen,
@@ -182,6 +190,8 @@ impl Settings {
             developer_signup,
             log_filter,
             log_format,
+            api_rate_limit,
+            oauth_rate_limit,
         })
     }
 
@@ -218,6 +228,20 @@ fn existing_file(setting: &'static str, path: &str) -> Result<PathBuf, ConfigErr
             setting,
             problem: format!("'{}' is not a readable file", path.display()),
         })
+    }
+}
+
+fn per_minute(
+    get: &impl Fn(&str) -> Option<String>,
+    setting: &'static str,
+    default: u32,
+) -> Result<NonZeroU32, ConfigError> {
+    match get(setting) {
+        None => Ok(NonZeroU32::new(default).unwrap_or(NonZeroU32::MIN)),
+        Some(text) => text.trim().parse::<NonZeroU32>().map_err(|_| ConfigError {
+            setting,
+            problem: format!("'{text}' is not a positive number of requests a minute"),
+        }),
     }
 }
 
@@ -273,6 +297,8 @@ mod tests {
             ("TALLY_UNCLAIMED_EXPIRY", "-1d"),
             ("TALLY_DEVELOPER_SIGNUP", "maybe"),
             ("TALLY_LOG_FORMAT", "xml"),
+            ("TALLY_API_RATE_LIMIT", "0"),
+            ("TALLY_OAUTH_RATE_LIMIT", "lots"),
             ("TALLY_TLS_CERT", "/nonexistent.pem"),
         ] {
             let err = settings(&[(name, value)]).err();

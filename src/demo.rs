@@ -55,6 +55,8 @@ pub struct DemoCredentials {
     pub client_id: &'static str,
     pub client_secret: SecretString,
     pub redirect_url: String,
+    /// A client-side authorization request for every scope of the demo app.
+    pub authorize_url: String,
 }
 
 /// Creates whatever demo data is missing; running it again changes nothing.
@@ -140,6 +142,9 @@ pub async fn seed(
         password: DEMO_PASSWORD,
         client_id: DEMO_CLIENT_ID,
         client_secret: secret.secret,
+        authorize_url: format!(
+            "{public_origin}/v1/oauth/authorize?client_id={DEMO_CLIENT_ID}&response_type=token&scope=make_payments+access_profile+access_balance+access_friends+access_email+access_phone&state=demo"
+        ),
         redirect_url,
     })
 }

@@ -165,17 +165,15 @@ async fn run(command: Command, settings: Settings) -> ExitCode {
 
 async fn serve(settings: Settings, with_demo: bool) -> anyhow::Result<()> {
     let store = startup::open_store(&settings).await?;
+    let secret_key = startup::resolve_secret_key(&settings, store.as_ref()).await?;
+    let app = Application::build(settings, store.clone()).await?;
     if with_demo {
-        let secret_key = startup::resolve_secret_key(&settings, store.as_ref()).await?;
-        let origin = settings.public_origin(settings.listen);
+        let origin = app.public_origin().to_owned();
         let hasher = PasswordHasher::new(2);
         let demo = demo::seed(store.as_ref(), &hasher, &secret_key, &origin).await?;
         print_demo(&demo, &origin);
     }
-    Application::build(settings, store)
-        .await?
-        .run_until_stopped()
-        .await?;
+    app.run_until_stopped().await?;
     Ok(())
 }
 
@@ -190,6 +188,8 @@ fn print_demo(demo: &demo::DemoCredentials, origin: &str) {
     println!("  client_id:     {}", demo.client_id);
     println!("  client_secret: {}", demo.client_secret.expose_secret());
     println!("  redirect_url:  {}", demo.redirect_url);
+    println!("Open this in a browser to sign in as a demo user and authorize the demo app:");
+    println!("  {}", demo.authorize_url);
 }
 
 async fn run_admin(args: AdminArgs, settings: Settings) -> ExitCode {
@@ -200,9 +200,7 @@ async fn run_admin(args: AdminArgs, settings: Settings) -> ExitCode {
     let store = store.as_ref();
     let json = args.json;
     match args.command {
-        AdminCommand::User(command) => {
-            user_command(json, store, command, settings.settlement_delay).await
-        }
+        AdminCommand::User(command) => user_command(json, store, command).await,
         AdminCommand::App(AppCommand::Add {
             owner,
             name,
@@ -244,12 +242,7 @@ async fn run_admin(args: AdminArgs, settings: Settings) -> ExitCode {
     }
 }
 
-async fn user_command(
-    json: bool,
-    store: &dyn Store,
-    command: UserCommand,
-    settlement_delay: std::time::Duration,
-) -> ExitCode {
+async fn user_command(json: bool, store: &dyn Store, command: UserCommand) -> ExitCode {
     let (username, flags) = match command {
         UserCommand::Add {
             username,
@@ -282,7 +275,7 @@ async fn user_command(
     };
     report(
         json,
-        admin::user_flags(store, &username, flags, settlement_delay).await,
+        admin::user_flags(store, &username, flags).await,
         |u| {
             format!(
                 "{}: verified={} suspended={}",

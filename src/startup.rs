@@ -4,16 +4,24 @@
 use crate::api;
 use crate::auth::password::PasswordHasher;
 use crate::config::{Settings, TlsFiles};
+use crate::limits::RateLimits;
 use crate::oauth::credentials;
 use crate::store::{self, Store};
 use crate::telemetry;
+use crate::web as pages;
 use crate::workers;
+use actix_session::config::{CookieContentSecurity, PersistentSession};
+use actix_session::storage::CookieSessionStore;
+use actix_session::SessionMiddleware;
+use actix_web::cookie::{Key, SameSite};
 use actix_web::dev::Server;
 use actix_web::middleware::from_fn;
 use actix_web::{web, App, HttpServer};
 use actix_web_prom::PrometheusMetricsBuilder;
 use anyhow::Context;
+use secrecy::ExposeSecret;
 use secrecy::SecretString;
+use sha2::{Digest, Sha512};
 use std::net::TcpListener;
 use std::sync::Arc;
 
@@ -28,6 +36,7 @@ pub struct AppState {
     pub public_origin: String,
     pub secret_key: SecretString,
     pub hasher: PasswordHasher,
+    pub rate_limits: RateLimits,
 }
 
 /// Connects to the configured database and applies pending migrations.
@@ -83,8 +92,13 @@ impl Application {
             .mask_unmatched_patterns("UNMATCHED")
             .build()
             .map_err(|e| anyhow::anyhow!("cannot set up metrics: {e}"))?;
-        let workers = workers::spawn(store.clone());
+        // The session cookie is encrypted and signed with a key derived from the
+        // deployment's secret key, so every instance reads every cookie.
+        let cookie_key = Key::from(&Sha512::digest(secret_key.expose_secret().as_bytes()));
+        let secure_cookies = public_origin.starts_with("https://");
+        let workers = workers::spawn(store.clone(), (&settings).into());
         let state = web::Data::new(AppState {
+            rate_limits: RateLimits::new(settings.api_rate_limit, settings.oauth_rate_limit),
             store,
             settings: Arc::new(settings),
             public_origin: public_origin.clone(),
@@ -93,7 +107,20 @@ impl Application {
         });
 
         let server = HttpServer::new(move || {
+            let sessions =
+                SessionMiddleware::builder(CookieSessionStore::default(), cookie_key.clone())
+                    .cookie_name("tally_session".to_owned())
+                    .cookie_secure(secure_cookies)
+                    .cookie_http_only(true)
+                    .cookie_same_site(SameSite::Lax)
+                    .cookie_content_security(CookieContentSecurity::Private)
+                    .session_lifecycle(
+                        PersistentSession::default()
+                            .session_ttl(actix_web::cookie::time::Duration::hours(12)),
+                    )
+                    .build();
             App::new()
+                .wrap(sessions)
                 .wrap(metrics.clone())
                 .wrap(from_fn(telemetry::access_log))
                 .app_data(state.clone())
@@ -136,11 +163,40 @@ impl Application {
 fn routes(cfg: &mut web::ServiceConfig) {
     cfg.route("/healthz", web::get().to(api::health::healthz))
         .route("/readyz", web::get().to(api::health::readyz))
+        .route(
+            "/.well-known/oauth-authorization-server",
+            web::get().to(api::oauth::metadata),
+        )
+        .configure(pages::configure)
         .service(
             web::scope("/v1")
+                .service(
+                    web::scope("/oauth")
+                        .wrap(from_fn(oauth_rate_limit))
+                        .configure(pages::configure_oauth)
+                        .configure(api::oauth::configure),
+                )
                 .configure(api::configure)
                 .default_service(web::to(api::not_found)),
         );
+}
+
+/// Per-client-IP limit on the OAuth endpoints (SPEC §9).
+async fn oauth_rate_limit(
+    req: actix_web::dev::ServiceRequest,
+    next: actix_web::middleware::Next<impl actix_web::body::MessageBody + 'static>,
+) -> Result<actix_web::dev::ServiceResponse<impl actix_web::body::MessageBody>, actix_web::Error> {
+    let limited = req.app_data::<web::Data<AppState>>().and_then(|state| {
+        let ip = pages::signin::client_ip(req.request());
+        state.rate_limits.check_oauth(ip).err()
+    });
+    match limited {
+        Some(wait) => Err(api::ApiError::RateLimited {
+            retry_after_secs: wait.as_secs() + 1,
+        }
+        .into()),
+        None => next.call(req).await,
+    }
 }
 
 fn load_tls(files: &TlsFiles) -> anyhow::Result<rustls::ServerConfig> {

@@ -5,6 +5,7 @@
 
 use crate::domain::now_micros;
 use crate::ledger;
+use crate::ledger::payments::Timing;
 use crate::store::Store;
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,13 +16,13 @@ use tokio::task::JoinHandle;
 pub const POLL_INTERVAL: Duration = Duration::from_millis(200);
 
 /// Starts the payment worker on the current runtime.
-pub fn spawn(store: Arc<dyn Store>) -> JoinHandle<()> {
+pub fn spawn(store: Arc<dyn Store>, timing: Timing) -> JoinHandle<()> {
     tokio::spawn(async move {
         let mut ticks = tokio::time::interval(POLL_INTERVAL);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             ticks.tick().await;
-            match ledger::payments::process_due(store.as_ref(), now_micros()).await {
+            match ledger::payments::process_due(store.as_ref(), timing, now_micros()).await {
                 Ok(0) => {}
                 Ok(n) => tracing::debug!(payments = n, "processed due payments"),
                 Err(e) => tracing::warn!(error = %e, "payment worker round failed"),

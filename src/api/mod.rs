@@ -3,6 +3,7 @@
 
 pub mod error;
 pub mod health;
+pub mod oauth;
 pub mod params;
 pub mod payments;
 pub mod query;

@@ -11,7 +11,7 @@ use crate::domain::{
     PaymentAction, PaymentStatus, Phone, Scope,
 };
 use crate::ledger::payments::{
-    self as rules, CreateError, PaymentRequest, TargetAddress, Timing, Update, UpdateError,
+    self as rules, CreateError, PaymentRequest, TargetAddress, Update, UpdateError,
 };
 use crate::startup::AppState;
 use crate::store::{kinds, Payment, PaymentFilter};
@@ -123,7 +123,6 @@ pub async fn create(
         &principal.user,
         request,
         key.as_deref(),
-        Timing::from(state.settings.as_ref()),
         now_micros(),
     )
     .await

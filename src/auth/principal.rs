@@ -20,6 +20,8 @@ pub struct Principal {
     /// `None` for a personal access token.
     pub client_id: Option<String>,
     pub grant_id: String,
+    /// The stored digest of the presented token (for revocation and rate limits).
+    pub token_digest: String,
 }
 
 impl Principal {
@@ -91,6 +93,12 @@ impl Principal {
                 IntrospectError::Suspended => ApiError::AccountSuspended,
                 IntrospectError::Store(e) => e.into(),
             })?;
+        let token_digest = crate::oauth::credentials::digest(&token);
+        if let Err(wait) = state.rate_limits.check_api(&token_digest) {
+            return Err(ApiError::RateLimited {
+                retry_after_secs: wait.as_secs() + 1,
+            });
+        }
         if active.kind != TokenKind::Access {
             return Err(ApiError::InvalidToken(
                 "a refresh token is not an access token".to_owned(),
@@ -101,6 +109,7 @@ impl Principal {
             scopes: active.scopes,
             client_id: active.client_id,
             grant_id: active.grant_id,
+            token_digest,
         })
     }
 }

@@ -100,7 +100,6 @@ pub async fn create(
     actor: &User,
     request: PaymentRequest,
     idempotency_key: Option<&str>,
-    timing: Timing,
     now: i64,
 ) -> Result<Made, CreateError> {
     let (target_type, target_user, email, phone) = match &request.target {
@@ -156,9 +155,7 @@ pub async fn create(
         medium: request.medium.as_str().to_owned(),
         date_created: now,
         date_completed: None,
-        settle_after: (to_account && action == PaymentAction::Pay)
-            .then(|| now.saturating_add(micros(timing.settlement_delay))),
-        expires_at: (!to_account).then(|| now.saturating_add(micros(timing.unclaimed_expiry))),
+        reached_account_at: to_account.then_some(now),
         refund_payment_id: None,
     };
     let idempotency = idempotency_key.map(|key| IdempotencyKey {
@@ -370,8 +367,7 @@ fn refund_of(payment: &Payment, now: i64) -> Payment {
         medium: payment.medium.clone(),
         date_created: now,
         date_completed: Some(now),
-        settle_after: None,
-        expires_at: None,
+        reached_account_at: None,
         refund_payment_id: None,
     }
 }
@@ -380,11 +376,17 @@ fn refund_of(payment: &Payment, now: i64) -> Payment {
 const WORKER_BATCH: i64 = 200;
 
 /// Settles, fails or expires every payment whose time has come. Safe to run on
-/// many instances at once: each payment changes state exactly once.
+/// many instances at once: each payment changes state exactly once. The timings
+/// apply when the worker looks, so a changed setting applies to every payment.
 #[tracing::instrument(skip_all)]
-pub async fn process_due(store: &dyn Store, now: i64) -> Result<usize, StoreError> {
+pub async fn process_due(store: &dyn Store, timing: Timing, now: i64) -> Result<usize, StoreError> {
     let mut done = 0;
-    for due in store.due_payments(now, WORKER_BATCH).await? {
+    let settle_by = now.saturating_sub(micros(timing.settlement_delay));
+    let expire_by = now.saturating_sub(micros(timing.unclaimed_expiry));
+    for due in store
+        .due_payments(settle_by, expire_by, WORKER_BATCH)
+        .await?
+    {
         let payment = &due.payment;
         let mut transition = match (&payment.target_user_id, due.target_suspended) {
             // Only pays to accounts are due for settlement.
@@ -415,23 +417,11 @@ pub async fn process_due(store: &dyn Store, now: i64) -> Result<usize, StoreErro
 }
 
 /// Points pending payments to the user's verified e-mail and phone at the user;
-/// a claimed pay then settles after the settlement delay. Call it whenever an
-/// e-mail or phone becomes verified on an account.
+/// a claimed pay then settles once the settlement delay has passed from now.
+/// Call it whenever an e-mail or phone becomes verified on an account.
 #[tracing::instrument(skip_all, fields(user = %user.id))]
-pub async fn claim(
-    store: &dyn Store,
-    user: &User,
-    settlement_delay: Duration,
-    now: i64,
-) -> Result<u64, StoreError> {
+pub async fn claim(store: &dyn Store, user: &User, now: i64) -> Result<u64, StoreError> {
     let email = user.email.as_deref().filter(|_| user.email_verified);
     let phone = user.phone.as_deref().filter(|_| user.phone_verified);
-    store
-        .claim_payments(
-            &user.id,
-            email,
-            phone,
-            now.saturating_add(micros(settlement_delay)),
-        )
-        .await
+    store.claim_payments(&user.id, email, phone, now).await
 }

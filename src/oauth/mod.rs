@@ -1,8 +1,12 @@
-//! The authorization server: apps (clients) and their credentials, grants and
-//! tokens, and `introspect`, which the REST API links against.
+//! The authorization server: apps (clients) and their credentials, authorization
+//! decisions, grants, tokens, and `introspect`, which the REST API links
+//! against. Knows nothing of HTTP.
 
+pub mod authorize;
 pub mod clients;
 pub mod credentials;
+pub mod grants;
+pub mod throttle;
 pub mod tokens;
 
 pub use tokens::{introspect, ActiveToken, IntrospectError};

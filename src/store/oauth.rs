@@ -173,6 +173,22 @@ pub trait OAuthStore: Send + Sync {
     ) -> Result<bool, StoreError>;
 
     async fn revoke_grant(&self, grant_id: &str, now: i64) -> Result<(), StoreError>;
+
+    /// How many sign-in failures `key` has had since `since`, and when the last
+    /// one was.
+    async fn signin_failures(
+        &self,
+        key: &str,
+        since: i64,
+    ) -> Result<(i64, Option<i64>), StoreError>;
+    /// Records one failure under each key, forgetting failures before `forget_before`.
+    async fn record_signin_failure(
+        &self,
+        keys: &[String],
+        at: i64,
+        forget_before: i64,
+    ) -> Result<(), StoreError>;
+    async fn clear_signin_failures(&self, key: &str) -> Result<(), StoreError>;
 }
 
 /// The SQL that reads a token with its grant, user and app.
@@ -448,6 +464,56 @@ macro_rules! impl_oauth_store {
             async fn revoke_grant(&self, grant_id: &str, now: i64) -> Result<(), StoreError> {
                 let mut tx = self.write().await?;
                 revoke_grant(&mut tx, grant_id, now).await?;
+                tx.commit().await?;
+                Ok(())
+            }
+
+            #[tracing::instrument(skip_all)]
+            async fn signin_failures(
+                &self,
+                key: &str,
+                since: i64,
+            ) -> Result<(i64, Option<i64>), StoreError> {
+                Ok(sqlx::query_as(
+                    "SELECT COUNT(*), MAX(at) FROM signin_failures WHERE key = $1 AND at > $2",
+                )
+                .bind(key)
+                .bind(since)
+                .fetch_one(self.reader())
+                .await?)
+            }
+
+            #[tracing::instrument(skip_all)]
+            async fn record_signin_failure(
+                &self,
+                keys: &[String],
+                at: i64,
+                forget_before: i64,
+            ) -> Result<(), StoreError> {
+                let mut tx = self.write().await?;
+                for key in keys {
+                    sqlx::query("DELETE FROM signin_failures WHERE key = $1 AND at <= $2")
+                        .bind(key)
+                        .bind(forget_before)
+                        .execute(&mut *tx)
+                        .await?;
+                    sqlx::query("INSERT INTO signin_failures (key, at) VALUES ($1, $2)")
+                        .bind(key)
+                        .bind(at)
+                        .execute(&mut *tx)
+                        .await?;
+                }
+                tx.commit().await?;
+                Ok(())
+            }
+
+            #[tracing::instrument(skip_all)]
+            async fn clear_signin_failures(&self, key: &str) -> Result<(), StoreError> {
+                let mut tx = self.write().await?;
+                sqlx::query("DELETE FROM signin_failures WHERE key = $1")
+                    .bind(key)
+                    .execute(&mut *tx)
+                    .await?;
                 tx.commit().await?;
                 Ok(())
             }

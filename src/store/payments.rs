@@ -8,7 +8,7 @@ use async_trait::async_trait;
 
 pub const PAYMENT_COLUMNS: &str = "id, kind, actor_id, target_type, target_user_id, \
     target_email, target_phone, action, amount_cents, note, audience, status, medium, \
-    date_created, date_completed, settle_after, expires_at, refund_payment_id";
+    date_created, date_completed, reached_account_at, refund_payment_id";
 
 /// A payment, charge or refund as stored. `amount_cents` is positive; `action`
 /// tells the direction.
@@ -31,8 +31,8 @@ pub struct Payment {
     pub medium: String,
     pub date_created: i64,
     pub date_completed: Option<i64>,
-    pub settle_after: Option<i64>,
-    pub expires_at: Option<i64>,
+    /// When the target became an account (at creation or claim).
+    pub reached_account_at: Option<i64>,
     pub refund_payment_id: Option<String>,
 }
 
@@ -167,18 +167,23 @@ pub trait PaymentStore: Send + Sync {
 
     async fn list_payments(&self, filter: &PaymentFilter) -> Result<Vec<Payment>, StoreError>;
 
-    /// Pending pays to accounts whose settlement time has passed, and pending
-    /// payments to addresses whose expiry has passed.
-    async fn due_payments(&self, now: i64, limit: i64) -> Result<Vec<DuePayment>, StoreError>;
+    /// Pending pays that reached an account at or before `settle_by`, and
+    /// pending payments to unclaimed addresses made at or before `expire_by`.
+    async fn due_payments(
+        &self,
+        settle_by: i64,
+        expire_by: i64,
+        limit: i64,
+    ) -> Result<Vec<DuePayment>, StoreError>;
 
     /// Points pending payments to this e-mail or phone at the user (unless the
-    /// user made them). Returns how many were claimed.
+    /// user made them), as of `now`. Returns how many were claimed.
     async fn claim_payments(
         &self,
         user_id: &str,
         email: Option<&str>,
         phone: Option<&str>,
-        settle_after: i64,
+        now: i64,
     ) -> Result<u64, StoreError>;
 
     async fn find_users(&self, ids: &[String]) -> Result<Vec<User>, StoreError>;
@@ -211,7 +216,7 @@ macro_rules! impl_payment_store {
             ) -> Result<(), StoreError> {
                 let sql = format!(
                     "INSERT INTO payments ({}) VALUES \
-                     ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)",
+                     ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)",
                     $crate::store::payments::PAYMENT_COLUMNS
                 );
                 sqlx::query(&sql)
@@ -230,8 +235,7 @@ macro_rules! impl_payment_store {
                     .bind(&p.medium)
                     .bind(p.date_created)
                     .bind(p.date_completed)
-                    .bind(p.settle_after)
-                    .bind(p.expires_at)
+                    .bind(p.reached_account_at)
                     .bind(&p.refund_payment_id)
                     .execute(&mut **tx)
                     .await?;
@@ -616,23 +620,26 @@ macro_rules! impl_payment_store {
             #[tracing::instrument(skip_all)]
             async fn due_payments(
                 &self,
-                now: i64,
+                settle_by: i64,
+                expire_by: i64,
                 limit: i64,
             ) -> Result<Vec<$crate::store::DuePayment>, StoreError> {
                 let sql = format!(
                     "SELECT {}, u.suspended AS target_suspended FROM payments p \
                      LEFT JOIN users u ON u.id = p.target_user_id \
                      WHERE p.status = 'pending' AND ( \
-                       (p.action = 'pay' AND p.target_user_id IS NOT NULL AND p.settle_after <= $1) \
-                       OR (p.target_user_id IS NULL AND p.expires_at <= $1)) \
-                     ORDER BY p.date_created LIMIT $2",
+                       (p.action = 'pay' AND p.target_user_id IS NOT NULL \
+                         AND p.reached_account_at <= $1) \
+                       OR (p.target_user_id IS NULL AND p.date_created <= $2)) \
+                     ORDER BY p.date_created LIMIT $3",
                     $crate::store::payments::prefixed(
                         $crate::store::payments::PAYMENT_COLUMNS,
                         "p"
                     )
                 );
                 Ok(sqlx::query_as::<_, $crate::store::DuePayment>(&sql)
-                    .bind(now)
+                    .bind(settle_by)
+                    .bind(expire_by)
                     .bind(limit)
                     .fetch_all(self.reader())
                     .await?)
@@ -644,15 +651,14 @@ macro_rules! impl_payment_store {
                 user_id: &str,
                 email: Option<&str>,
                 phone: Option<&str>,
-                settle_after: i64,
+                now: i64,
             ) -> Result<u64, StoreError> {
                 if email.is_none() && phone.is_none() {
                     return Ok(0);
                 }
                 let mut tx = self.write().await?;
                 let claimed: Vec<(String, i64)> = sqlx::query_as(
-                    "UPDATE payments SET target_user_id = $1, expires_at = NULL, \
-                       settle_after = CASE WHEN action = 'pay' THEN $4 ELSE NULL END \
+                    "UPDATE payments SET target_user_id = $1, reached_account_at = $4 \
                      WHERE status = 'pending' AND kind = 'payment' AND target_user_id IS NULL \
                        AND actor_id <> $1 \
                        AND ((target_email IS NOT NULL AND target_email = $2) \
@@ -662,7 +668,7 @@ macro_rules! impl_payment_store {
                 .bind(user_id)
                 .bind(email)
                 .bind(phone)
-                .bind(settle_after)
+                .bind(now)
                 .fetch_all(&mut *tx)
                 .await?;
                 for (id, date_created) in &claimed {

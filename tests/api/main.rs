@@ -3,12 +3,15 @@
 //! One integration binary: the real application over HTTP, the real `tally`
 //! binary, and the store conformance suite, each on SQLite and on PostgreSQL.
 
+mod browser;
 mod fixtures;
 mod helpers;
+mod oauth_fixture;
 
 mod cli;
 mod config;
 mod health;
+mod oauth;
 mod payments_api;
 mod store_conformance;
 mod users_api;

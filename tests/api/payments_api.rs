@@ -230,7 +230,6 @@ async fn a_pay_to_an_email_is_claimed_when_an_account_verifies_it(backend: Backe
             verified: Some(true),
             suspended: None,
         },
-        Duration::ZERO,
     )
     .await
     .unwrap();
@@ -770,8 +769,7 @@ async fn paging_through_120_payments_with_one_timestamp_returns_each_once(backen
             medium: "api".to_owned(),
             date_created: at,
             date_completed: None,
-            settle_after: None,
-            expires_at: None,
+            reached_account_at: None,
             refund_payment_id: None,
         };
         made.insert(payment.id.clone());

@@ -21,14 +21,13 @@ CREATE TABLE payments (
     medium TEXT NOT NULL,
     date_created BIGINT NOT NULL,
     date_completed BIGINT,
-    -- A pending pay to an account settles once this time has passed.
-    settle_after BIGINT,
-    -- A pending payment to an unclaimed address expires at this time.
-    expires_at BIGINT,
+    -- When the target became an account (at creation, or when claimed): a pending
+    -- pay settles TALLY_SETTLEMENT_DELAY after it.
+    reached_account_at BIGINT,
     refund_payment_id TEXT REFERENCES payments (id)
 );
-CREATE INDEX payments_settlement ON payments (status, settle_after);
-CREATE INDEX payments_expiry ON payments (status, expires_at);
+-- The workers look only at pending payments.
+CREATE INDEX payments_pending ON payments (date_created) WHERE status = 'pending';
 CREATE INDEX payments_target_email ON payments (target_email) WHERE target_email IS NOT NULL;
 CREATE INDEX payments_target_phone ON payments (target_phone) WHERE target_phone IS NOT NULL;
 

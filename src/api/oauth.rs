@@ -1,0 +1,396 @@
+//! The OAuth endpoints that answer JSON: token (RFC 6749 §3.2), revocation (RFC
+//! 7009), introspection (RFC 7662) and server metadata (RFC 8414). Errors follow
+//! RFC 6749 §5.2: `{"error","error_description"}`.
+
+use super::params::Params;
+use super::ApiError;
+use crate::auth::Principal;
+use crate::domain::{format_datetime, Money, Scope};
+use crate::oauth::grants::{self, GrantError, GrantRequest};
+use crate::oauth::{credentials, introspect, IntrospectError};
+use crate::startup::AppState;
+use crate::store::{App, TokenKind, User};
+use actix_web::http::header::{self, HeaderValue};
+use actix_web::http::StatusCode;
+use actix_web::{web, HttpRequest, HttpResponse, ResponseError};
+use base64::Engine;
+use secrecy::ExposeSecret;
+use serde::Serialize;
+
+/// Routes inside the `/v1/oauth` scope.
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.route("/access_token", web::post().to(token))
+        .route("/token", web::post().to(token))
+        .route("/access_token", web::delete().to(revoke_presented))
+        .route("/revoke", web::post().to(revoke))
+        .route("/introspect", web::post().to(introspection));
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("{error}: {description}")]
+pub struct OAuthError {
+    error: &'static str,
+    description: String,
+    status: StatusCode,
+    /// The client authenticated with HTTP Basic, so a 401 names that scheme.
+    basic: bool,
+}
+
+impl OAuthError {
+    fn invalid_request(description: impl Into<String>) -> Self {
+        Self {
+            error: "invalid_request",
+            description: description.into(),
+            status: StatusCode::BAD_REQUEST,
+            basic: false,
+        }
+    }
+}
+
+impl From<GrantError> for OAuthError {
+    fn from(error: GrantError) -> Self {
+        let status = match &error {
+            GrantError::InvalidClient(_) => StatusCode::UNAUTHORIZED,
+            GrantError::Store(crate::store::StoreError::Unavailable(_)) => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
+            GrantError::Store(e) => {
+                tracing::error!(error = ?e, "token endpoint failed");
+                StatusCode::INTERNAL_SERVER_ERROR
+            }
+            _ => StatusCode::BAD_REQUEST,
+        };
+        let description = match &error {
+            GrantError::Store(_) => "the server could not complete the request".to_owned(),
+            other => other.to_string(),
+        };
+        Self {
+            error: error.code(),
+            description,
+            status,
+            basic: false,
+        }
+    }
+}
+
+impl From<crate::store::StoreError> for OAuthError {
+    fn from(error: crate::store::StoreError) -> Self {
+        GrantError::Store(error).into()
+    }
+}
+
+#[derive(Serialize)]
+struct ErrorBody<'a> {
+    error: &'a str,
+    error_description: &'a str,
+}
+
+impl ResponseError for OAuthError {
+    fn status_code(&self) -> StatusCode {
+        self.status
+    }
+
+    fn error_response(&self) -> HttpResponse {
+        let mut response = HttpResponse::build(self.status);
+        no_store(&mut response);
+        if self.status == StatusCode::UNAUTHORIZED {
+            let scheme = if self.basic {
+                r#"Basic realm="tally""#
+            } else {
+                r#"Basic realm="tally", error="invalid_client""#
+            };
+            response.insert_header((header::WWW_AUTHENTICATE, scheme));
+        }
+        response.json(ErrorBody {
+            error: self.error,
+            error_description: &self.description,
+        })
+    }
+}
+
+/// RFC 6749 §5.1: token responses must not be cached.
+fn no_store(response: &mut actix_web::HttpResponseBuilder) {
+    response
+        .insert_header((header::CACHE_CONTROL, HeaderValue::from_static("no-store")))
+        .insert_header((header::PRAGMA, HeaderValue::from_static("no-cache")));
+}
+
+async fn read_params(req: &HttpRequest, payload: web::Payload) -> Result<Params, OAuthError> {
+    let mut payload = payload.into_inner();
+    Params::extract(req, &mut payload)
+        .await
+        .map_err(|e| OAuthError::invalid_request(e.to_string()))
+}
+
+fn text(params: &Params, name: &str) -> Result<Option<String>, OAuthError> {
+    params
+        .text(name)
+        .map(|v| v.map(str::to_owned).filter(|v| !v.is_empty()))
+        .map_err(|e| OAuthError::invalid_request(e.to_string()))
+}
+
+/// Client credentials from HTTP Basic (RFC 6749 §2.3.1, form-encoded inside) or
+/// from the `client_id` and `client_secret` parameters.
+async fn authenticate_client(
+    req: &HttpRequest,
+    state: &AppState,
+    params: &Params,
+) -> Result<App, OAuthError> {
+    let basic = match req.headers().get(header::AUTHORIZATION) {
+        Some(value) => {
+            let value = value.to_str().unwrap_or("");
+            match value.split_once(' ') {
+                Some((scheme, encoded)) if scheme.eq_ignore_ascii_case("basic") => {
+                    Some(decode_basic(encoded.trim()).ok_or_else(|| OAuthError {
+                        basic: true,
+                        ..OAuthError::from(GrantError::InvalidClient(
+                            "malformed Basic credentials".into(),
+                        ))
+                    })?)
+                }
+                _ => None,
+            }
+        }
+        None => None,
+    };
+    let form_id = text(params, "client_id")?;
+    let form_secret = text(params, "client_secret")?;
+    let used_basic = basic.is_some();
+    let (client_id, secret) = match basic {
+        Some((id, secret)) => {
+            if form_id.as_ref().is_some_and(|f| *f != id) || form_secret.is_some() {
+                return Err(OAuthError::invalid_request(
+                    "client credentials given both in the header and in the body",
+                ));
+            }
+            (id, secret)
+        }
+        None => match (form_id, form_secret) {
+            (Some(id), Some(secret)) => (id, secret),
+            _ => {
+                return Err(
+                    GrantError::InvalidClient("client authentication is required".into()).into(),
+                )
+            }
+        },
+    };
+    grants::authenticate_client(state.store.as_ref(), &client_id, &secret)
+        .await
+        .map_err(|e| OAuthError {
+            basic: used_basic,
+            ..e.into()
+        })
+}
+
+fn decode_basic(encoded: &str) -> Option<(String, String)> {
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(encoded)
+        .ok()?;
+    let text = String::from_utf8(bytes).ok()?;
+    let (id, secret) = text.split_once(':')?;
+    let decode = |s: &str| {
+        url::form_urlencoded::parse(format!("x={s}").as_bytes())
+            .next()
+            .map(|(_, v)| v.into_owned())
+    };
+    Some((decode(id)?, decode(secret)?))
+}
+
+/// A user as the token response shows it.
+#[derive(Serialize)]
+pub struct TokenUser {
+    id: String,
+    username: String,
+    first_name: String,
+    last_name: String,
+    display_name: String,
+    about: String,
+    profile_picture_url: Option<String>,
+    date_joined: String,
+}
+
+impl From<&User> for TokenUser {
+    fn from(user: &User) -> Self {
+        Self {
+            id: user.id.clone(),
+            username: user.username.clone(),
+            first_name: user.first_name.clone(),
+            last_name: user.last_name.clone(),
+            display_name: format!("{} {}", user.first_name, user.last_name)
+                .trim()
+                .to_owned(),
+            about: user.about.clone(),
+            profile_picture_url: user.profile_picture_url.clone(),
+            date_joined: format_datetime(user.date_joined),
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct TokenResponse {
+    access_token: String,
+    token_type: &'static str,
+    expires_in: u64,
+    refresh_token: String,
+    scope: String,
+    balance: Option<Money>,
+    user: TokenUser,
+}
+
+/// `POST /oauth/access_token` (and `/oauth/token`).
+async fn token(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    payload: web::Payload,
+) -> Result<HttpResponse, OAuthError> {
+    let params = read_params(&req, payload).await?;
+    let app = authenticate_client(&req, &state, &params).await?;
+    let grant_type = text(&params, "grant_type")?;
+    let code = text(&params, "code")?;
+    let refresh_token = text(&params, "refresh_token")?;
+    // Old clients leave grant_type out; the parameters tell which grant it is.
+    let request = match (grant_type.as_deref(), code, refresh_token) {
+        (Some("authorization_code") | None, Some(code), None) => GrantRequest::AuthorizationCode {
+            code,
+            redirect_uri: text(&params, "redirect_uri")?,
+            code_verifier: text(&params, "code_verifier")?,
+        },
+        (Some("refresh_token") | None, None, Some(refresh_token)) => {
+            GrantRequest::RefreshToken { refresh_token }
+        }
+        (Some("authorization_code"), None, _) => {
+            return Err(OAuthError::invalid_request("code is required"))
+        }
+        (Some("refresh_token"), _, None) => {
+            return Err(OAuthError::invalid_request("refresh_token is required"))
+        }
+        (None | Some("authorization_code" | "refresh_token"), _, _) => {
+            return Err(OAuthError::invalid_request(
+                "give either a code or a refresh_token",
+            ))
+        }
+        (Some(_), _, _) => return Err(GrantError::UnsupportedGrantType.into()),
+    };
+    let issued = grants::exchange(state.store.as_ref(), &app, request).await?;
+    let balance = issued
+        .scopes
+        .contains(Scope::AccessBalance)
+        .then(|| Money::from_cents(issued.user.balance_cents));
+    let body = TokenResponse {
+        access_token: issued.access_token.expose().to_owned(),
+        token_type: "bearer",
+        expires_in: crate::oauth::tokens::SERVER_SIDE_TTL.as_secs(),
+        refresh_token: issued.refresh_token.secret.expose_secret().to_owned(),
+        scope: issued.scopes.to_string(),
+        balance,
+        user: TokenUser::from(&issued.user),
+    };
+    let mut response = HttpResponse::Ok();
+    no_store(&mut response);
+    Ok(response.json(body))
+}
+
+/// `POST /oauth/revoke` (RFC 7009): the app revokes one of its own tokens. The
+/// answer is 200 whether or not the token was known (§2.2).
+async fn revoke(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    payload: web::Payload,
+) -> Result<HttpResponse, OAuthError> {
+    let params = read_params(&req, payload).await?;
+    let app = authenticate_client(&req, &state, &params).await?;
+    let token =
+        text(&params, "token")?.ok_or_else(|| OAuthError::invalid_request("token is required"))?;
+    state
+        .store
+        .revoke_token(
+            &credentials::digest(&token),
+            Some(&app.client_id),
+            crate::domain::now_micros(),
+        )
+        .await?;
+    let mut response = HttpResponse::Ok();
+    no_store(&mut response);
+    Ok(response.finish())
+}
+
+/// `DELETE /oauth/access_token`: revokes the token that authenticates the call.
+async fn revoke_presented(
+    principal: Principal,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    state
+        .store
+        .revoke_token(&principal.token_digest, None, crate::domain::now_micros())
+        .await?;
+    Ok(HttpResponse::NoContent().finish())
+}
+
+#[derive(Serialize)]
+struct Introspection {
+    active: bool,
+    scope: String,
+    client_id: Option<String>,
+    username: String,
+    sub: String,
+    token_type: &'static str,
+    exp: i64,
+    iat: i64,
+    iss: String,
+}
+
+/// `POST /oauth/introspect` (RFC 7662): for a registered app. A dead or unknown
+/// token gets only `{"active":false}`.
+async fn introspection(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    payload: web::Payload,
+) -> Result<HttpResponse, OAuthError> {
+    let params = read_params(&req, payload).await?;
+    authenticate_client(&req, &state, &params).await?;
+    let token =
+        text(&params, "token")?.ok_or_else(|| OAuthError::invalid_request("token is required"))?;
+    let mut response = HttpResponse::Ok();
+    no_store(&mut response);
+    match introspect(state.store.as_ref(), &token).await {
+        Ok(active) => Ok(response.json(Introspection {
+            active: true,
+            scope: active.scopes.to_string(),
+            client_id: active.client_id,
+            username: active.user.username,
+            sub: active.user.id,
+            token_type: match active.kind {
+                TokenKind::Access => "access_token",
+                TokenKind::Refresh => "refresh_token",
+            },
+            exp: active.expires_at / 1_000_000,
+            iat: active.issued_at / 1_000_000,
+            iss: state.public_origin.clone(),
+        })),
+        Err(IntrospectError::Store(e)) => Err(e.into()),
+        Err(_) => Ok(response.json(serde_json::json!({"active": false}))),
+    }
+}
+
+/// `GET /.well-known/oauth-authorization-server` (RFC 8414), at the origin.
+pub async fn metadata(state: web::Data<AppState>) -> HttpResponse {
+    let origin = &state.public_origin;
+    let oauth = format!("{origin}/v1/oauth");
+    let scopes: Vec<&str> = Scope::ALL.iter().map(|s| s.as_str()).collect();
+    HttpResponse::Ok().json(serde_json::json!({
+        "issuer": origin,
+        "authorization_endpoint": format!("{oauth}/authorize"),
+        "token_endpoint": format!("{oauth}/access_token"),
+        "revocation_endpoint": format!("{oauth}/revoke"),
+        "introspection_endpoint": format!("{oauth}/introspect"),
+        "scopes_supported": scopes,
+        "response_types_supported": ["token", "code"],
+        "response_modes_supported": ["query"],
+        "grant_types_supported": ["authorization_code", "refresh_token", "implicit"],
+        "token_endpoint_auth_methods_supported": ["client_secret_basic", "client_secret_post"],
+        "revocation_endpoint_auth_methods_supported": ["client_secret_basic", "client_secret_post"],
+        "introspection_endpoint_auth_methods_supported": ["client_secret_basic", "client_secret_post"],
+        "code_challenge_methods_supported": ["S256"],
+        "authorization_response_iss_parameter_supported": true,
+    }))
+}

@@ -1,0 +1,312 @@
+//! The authorization endpoint's decisions (RFC 6749 §4.1, §4.2; RFC 7636; RFC
+//! 9207), as typed outcomes; the web layer decides how to show them.
+
+use super::credentials::{self, CredentialKind};
+use super::tokens::{self, CLIENT_SIDE_TTL};
+use crate::domain::{new_id, now_micros, RedirectUrl, ScopeError, ScopeSet};
+use crate::store::{App, NewCode, NewGrant, Store, StoreError};
+use std::time::Duration;
+use url::Url;
+
+/// Authorization codes live 60 seconds.
+pub const CODE_TTL: Duration = Duration::from_secs(60);
+
+/// The parameters of an authorization request, as received.
+#[derive(Debug, Clone, Default)]
+pub struct AuthorizeParams {
+    pub client_id: Option<String>,
+    pub scope: Option<String>,
+    pub redirect_uri: Option<String>,
+    pub response_type: Option<String>,
+    pub state: Option<String>,
+    pub code_challenge: Option<String>,
+    pub code_challenge_method: Option<String>,
+    pub prompt: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flow {
+    /// `response_type=token`: the token in the redirect (client-side).
+    Token,
+    /// `response_type=code`: a code to exchange (server-side).
+    Code,
+}
+
+/// A request whose client and redirect URL are trustworthy.
+#[derive(Debug, Clone)]
+pub struct ValidRequest {
+    pub app: App,
+    /// Where to send the answer.
+    pub redirect: Url,
+    /// The `redirect_uri` as given, which a code exchange must repeat.
+    pub redirect_uri_given: Option<String>,
+    pub scopes: ScopeSet,
+    pub flow: Flow,
+    pub state: Option<String>,
+    pub code_challenge: Option<String>,
+    pub force_consent: bool,
+}
+
+impl ValidRequest {
+    /// The fields a consent form carries back, to validate again on submit.
+    pub fn form_fields(&self) -> Vec<(&'static str, String)> {
+        let mut fields = vec![
+            ("client_id", self.app.client_id.clone()),
+            ("scope", self.scopes.to_string()),
+            (
+                "response_type",
+                match self.flow {
+                    Flow::Token => "token",
+                    Flow::Code => "code",
+                }
+                .to_owned(),
+            ),
+        ];
+        if let Some(uri) = &self.redirect_uri_given {
+            fields.push(("redirect_uri", uri.clone()));
+        }
+        if let Some(state) = &self.state {
+            fields.push(("state", state.clone()));
+        }
+        if let Some(challenge) = &self.code_challenge {
+            fields.push(("code_challenge", challenge.clone()));
+            fields.push(("code_challenge_method", "S256".to_owned()));
+        }
+        fields
+    }
+}
+
+/// What to do with an authorization request.
+#[derive(Debug)]
+pub enum Validation {
+    /// Client or redirect URL cannot be trusted: show an error page and never
+    /// redirect (RFC 6749 §4.1.2.1).
+    ErrorPage(String),
+    /// Tell the app through its redirect URL.
+    RedirectError(Url),
+    Valid(Box<ValidRequest>),
+}
+
+/// Checks a request against the registered app and the redirect policy.
+#[tracing::instrument(skip_all)]
+pub async fn validate(
+    store: &dyn Store,
+    params: &AuthorizeParams,
+    issuer: &str,
+) -> Result<Validation, StoreError> {
+    let Some(client_id) = params.client_id.as_deref().filter(|c| !c.is_empty()) else {
+        return Ok(Validation::ErrorPage(
+            "The request names no app (client_id is missing).".into(),
+        ));
+    };
+    let app = match store.find_app(client_id).await? {
+        Some(app) if !app.suspended => app,
+        Some(_) => return Ok(Validation::ErrorPage("This app is suspended.".into())),
+        None => return Ok(Validation::ErrorPage("No app has this client_id.".into())),
+    };
+    let Some(registered) = app
+        .redirect_url
+        .as_deref()
+        .and_then(|u| RedirectUrl::parse(u).ok())
+    else {
+        return Ok(Validation::ErrorPage(
+            "This app has no valid Web Redirect URL, so it cannot ask for authorization.".into(),
+        ));
+    };
+    let redirect = match params.redirect_uri.as_deref().filter(|u| !u.is_empty()) {
+        None => registered.url().clone(),
+        Some(given) => match allowed_override(&registered, given) {
+            Some(url) => url,
+            None => {
+                return Ok(Validation::ErrorPage(
+                    "The redirect_uri does not match the app's registered Web Redirect URL.".into(),
+                ))
+            }
+        },
+    };
+    let state = params.state.clone().filter(|s| !s.is_empty());
+    let fail = |error: &str, description: &str| {
+        Ok(Validation::RedirectError(error_redirect(
+            &redirect,
+            error,
+            description,
+            state.as_deref(),
+            issuer,
+        )))
+    };
+    let flow = match params.response_type.as_deref().unwrap_or("token") {
+        "token" | "" => Flow::Token,
+        "code" => Flow::Code,
+        _ => {
+            return fail(
+                "unsupported_response_type",
+                "response_type must be token or code",
+            )
+        }
+    };
+    let scopes = match ScopeSet::parse(params.scope.as_deref().unwrap_or("")) {
+        Ok(scopes) => scopes,
+        Err(ScopeError::Empty) => return fail("invalid_scope", "scope is required"),
+        Err(ScopeError::Unknown(name)) => {
+            return fail("invalid_scope", &format!("unknown scope {name}"))
+        }
+    };
+    let code_challenge = match (
+        flow,
+        params.code_challenge.as_deref().filter(|c| !c.is_empty()),
+    ) {
+        (Flow::Token, _) | (Flow::Code, None) => None,
+        (Flow::Code, Some(challenge)) => {
+            if params.code_challenge_method.as_deref() != Some("S256") {
+                return fail("invalid_request", "code_challenge_method must be S256");
+            }
+            if !is_pkce_value(challenge) {
+                return fail("invalid_request", "code_challenge is malformed");
+            }
+            Some(challenge.to_owned())
+        }
+    };
+    Ok(Validation::Valid(Box::new(ValidRequest {
+        app,
+        redirect,
+        redirect_uri_given: params.redirect_uri.clone().filter(|u| !u.is_empty()),
+        scopes,
+        flow,
+        state,
+        code_challenge,
+        force_consent: params.prompt.as_deref() == Some("consent"),
+    })))
+}
+
+/// The override policy: same scheme, host and port as the registered URL, no
+/// fragment; path and query may differ.
+fn allowed_override(registered: &RedirectUrl, given: &str) -> Option<Url> {
+    let given = RedirectUrl::parse(given).ok()?;
+    let (a, b) = (registered.url(), given.url());
+    let same_origin = a.scheme() == b.scheme()
+        && a.host_str() == b.host_str()
+        && a.port_or_known_default() == b.port_or_known_default();
+    same_origin.then(|| b.clone())
+}
+
+/// RFC 7636 §4.1: 43 to 128 characters of the unreserved set.
+pub fn is_pkce_value(value: &str) -> bool {
+    (43..=128).contains(&value.len())
+        && value
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~'))
+}
+
+/// Whether the user must be asked: consent is remembered per user, app and
+/// exact scope set.
+pub async fn needs_consent(
+    store: &dyn Store,
+    user_id: &str,
+    request: &ValidRequest,
+) -> Result<bool, StoreError> {
+    if request.force_consent {
+        return Ok(true);
+    }
+    Ok(!store
+        .has_consent(user_id, &request.app.client_id, &request.scopes.to_string())
+        .await?)
+}
+
+/// The user allowed: remember it, issue a token or a code, and build the
+/// redirect that carries it.
+#[tracing::instrument(skip_all, fields(client_id = %request.app.client_id))]
+pub async fn approve(
+    store: &dyn Store,
+    user_id: &str,
+    request: &ValidRequest,
+    issuer: &str,
+) -> Result<Url, StoreError> {
+    let now = now_micros();
+    let scopes = request.scopes.to_string();
+    store
+        .insert_consent(user_id, &request.app.client_id, &scopes, now)
+        .await?;
+    let mut redirect = request.redirect.clone();
+    match request.flow {
+        Flow::Token => {
+            let token = tokens::issue_access_token(
+                store,
+                user_id,
+                Some(&request.app.client_id),
+                &request.scopes,
+                "token",
+                CLIENT_SIDE_TTL,
+            )
+            .await?;
+            redirect
+                .query_pairs_mut()
+                .append_pair("access_token", token.expose())
+                .append_pair("token_type", "bearer")
+                .append_pair("expires_in", &CLIENT_SIDE_TTL.as_secs().to_string())
+                .append_pair("scope", &scopes);
+        }
+        Flow::Code => {
+            let code = credentials::generate(CredentialKind::AuthorizationCode);
+            let grant = NewGrant {
+                id: new_id(),
+                user_id: user_id.to_owned(),
+                client_id: Some(request.app.client_id.clone()),
+                scopes,
+                flow: "code",
+                created_at: now,
+            };
+            store
+                .insert_grant_with_code(
+                    &grant,
+                    &NewCode {
+                        digest: code.digest.clone(),
+                        redirect_uri: request.redirect_uri_given.clone(),
+                        code_challenge: request.code_challenge.clone(),
+                        created_at: now,
+                        expires_at: now + tokens::micros(CODE_TTL),
+                    },
+                )
+                .await?;
+            redirect
+                .query_pairs_mut()
+                .append_pair("code", code.expose());
+        }
+    }
+    finish(&mut redirect, request.state.as_deref(), issuer);
+    Ok(redirect)
+}
+
+/// The user said no.
+pub fn deny(request: &ValidRequest, issuer: &str) -> Url {
+    error_redirect(
+        &request.redirect,
+        "access_denied",
+        "the user denied the request",
+        request.state.as_deref(),
+        issuer,
+    )
+}
+
+fn error_redirect(
+    redirect: &Url,
+    error: &str,
+    description: &str,
+    state: Option<&str>,
+    issuer: &str,
+) -> Url {
+    let mut url = redirect.clone();
+    url.query_pairs_mut()
+        .append_pair("error", error)
+        .append_pair("error_description", description);
+    finish(&mut url, state, issuer);
+    url
+}
+
+/// Every authorization response echoes `state` and names the issuer (RFC 9207).
+fn finish(url: &mut Url, state: Option<&str>, issuer: &str) {
+    let mut pairs = url.query_pairs_mut();
+    if let Some(state) = state {
+        pairs.append_pair("state", state);
+    }
+    pairs.append_pair("iss", issuer);
+}

@@ -1,0 +1,204 @@
+//! The token endpoint's grants (RFC 6749 §4.1.3, §6; RFC 7636 §4.6): client
+//! authentication, code exchange and refresh-token rotation.
+
+use super::credentials::{self, IssuedCredential};
+use super::tokens::{self, REFRESH_TTL, SERVER_SIDE_TTL};
+use crate::domain::{now_micros, ScopeSet};
+use crate::store::{App, CodeUse, RefreshUse, Store, StoreError, TokenKind, User, UserKey};
+use base64::Engine;
+use sha2::{Digest, Sha256};
+
+/// What a client asks the token endpoint for, parsed.
+#[derive(Debug)]
+pub enum GrantRequest {
+    AuthorizationCode {
+        code: String,
+        redirect_uri: Option<String>,
+        code_verifier: Option<String>,
+    },
+    RefreshToken {
+        refresh_token: String,
+    },
+}
+
+/// RFC 6749 §5.2 errors.
+#[derive(Debug, thiserror::Error)]
+pub enum GrantError {
+    #[error("{0}")]
+    InvalidRequest(String),
+    #[error("{0}")]
+    InvalidClient(String),
+    #[error("{0}")]
+    InvalidGrant(String),
+    #[error("grant_type must be authorization_code or refresh_token")]
+    UnsupportedGrantType,
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl GrantError {
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::InvalidRequest(_) => "invalid_request",
+            Self::InvalidClient(_) => "invalid_client",
+            Self::InvalidGrant(_) => "invalid_grant",
+            Self::UnsupportedGrantType => "unsupported_grant_type",
+            Self::Store(_) => "server_error",
+        }
+    }
+}
+
+/// Checks a client's id and secret. Every failure reads the same.
+#[tracing::instrument(skip_all)]
+pub async fn authenticate_client(
+    store: &dyn Store,
+    client_id: &str,
+    secret: &str,
+) -> Result<App, GrantError> {
+    let refused = || GrantError::InvalidClient("client authentication failed".to_owned());
+    let app = store.find_app(client_id).await?.ok_or_else(refused)?;
+    if !credentials::matches(secret, &app.secret_digest) {
+        return Err(refused());
+    }
+    if app.suspended {
+        return Err(GrantError::InvalidClient("the app is suspended".to_owned()));
+    }
+    Ok(app)
+}
+
+/// What a successful grant hands out.
+pub struct IssuedTokens {
+    pub access_token: IssuedCredential,
+    pub refresh_token: IssuedCredential,
+    pub scopes: ScopeSet,
+    pub user: User,
+}
+
+/// Exchanges a code or a refresh token for a new access and refresh token.
+#[tracing::instrument(skip_all, fields(client_id = %app.client_id))]
+pub async fn exchange(
+    store: &dyn Store,
+    app: &App,
+    request: GrantRequest,
+) -> Result<IssuedTokens, GrantError> {
+    let now = now_micros();
+    let (access, access_row) = tokens::mint(TokenKind::Access, now, SERVER_SIDE_TTL);
+    let (refresh, refresh_row) = tokens::mint(TokenKind::Refresh, now, REFRESH_TTL);
+    let (user_id, scopes) = match request {
+        GrantRequest::AuthorizationCode {
+            code,
+            redirect_uri,
+            code_verifier,
+        } => {
+            let record = match store
+                .use_code(&credentials::digest(&code), &app.client_id, now)
+                .await?
+            {
+                CodeUse::First(record) => record,
+                CodeUse::Replayed => {
+                    return Err(GrantError::InvalidGrant(
+                        "the code was already used; every token issued from it is revoked".into(),
+                    ))
+                }
+                CodeUse::Unknown => {
+                    return Err(GrantError::InvalidGrant("the code is unknown".into()))
+                }
+            };
+            // The code is spent whatever happens next: a failed check burns it.
+            if record.expires_at <= now {
+                return Err(GrantError::InvalidGrant("the code has expired".into()));
+            }
+            if record.redirect_uri.is_some() && record.redirect_uri != redirect_uri {
+                return Err(GrantError::InvalidGrant(
+                    "redirect_uri does not match the one given at authorization".into(),
+                ));
+            }
+            match (&record.code_challenge, code_verifier) {
+                (Some(challenge), Some(verifier)) => {
+                    if !pkce_matches(challenge, &verifier) {
+                        return Err(GrantError::InvalidGrant(
+                            "code_verifier does not match the code_challenge".into(),
+                        ));
+                    }
+                }
+                (Some(_), None) => {
+                    return Err(GrantError::InvalidGrant("code_verifier is required".into()))
+                }
+                (None, Some(_)) => {
+                    return Err(GrantError::InvalidGrant(
+                        "code_verifier given but no code_challenge was".into(),
+                    ))
+                }
+                (None, None) => {}
+            }
+            store
+                .insert_tokens(&record.grant_id, &[access_row, refresh_row])
+                .await?;
+            (record.user_id, record.scopes)
+        }
+        GrantRequest::RefreshToken { refresh_token } => {
+            match store
+                .rotate_refresh_token(
+                    &credentials::digest(&refresh_token),
+                    &app.client_id,
+                    now,
+                    &[access_row, refresh_row],
+                )
+                .await?
+            {
+                RefreshUse::Rotated(grant) => (grant.user_id, grant.scopes),
+                RefreshUse::Replayed => {
+                    return Err(GrantError::InvalidGrant(
+                        "the refresh token was already used; its whole family is revoked".into(),
+                    ))
+                }
+                RefreshUse::Invalid => {
+                    return Err(GrantError::InvalidGrant(
+                        "the refresh token is unknown, expired or revoked".into(),
+                    ))
+                }
+            }
+        }
+    };
+    let user = store
+        .find_user(UserKey::Id(&user_id))
+        .await?
+        .ok_or_else(|| GrantError::InvalidGrant("the account no longer exists".into()))?;
+    if user.suspended {
+        return Err(GrantError::InvalidGrant("the account is suspended".into()));
+    }
+    let scopes = ScopeSet::parse(&scopes)
+        .map_err(|e| StoreError::Unexpected(anyhow::anyhow!("stored scopes unreadable: {e}")))?;
+    Ok(IssuedTokens {
+        access_token: access,
+        refresh_token: refresh,
+        scopes,
+        user,
+    })
+}
+
+/// RFC 7636 §4.6: BASE64URL(SHA256(verifier)) == challenge.
+fn pkce_matches(challenge: &str, verifier: &str) -> bool {
+    if !super::authorize::is_pkce_value(verifier) {
+        return false;
+    }
+    let computed = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .encode(Sha256::digest(verifier.as_bytes()));
+    use subtle::ConstantTimeEq;
+    computed.as_bytes().ct_eq(challenge.as_bytes()).into()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn pkce_follows_rfc_7636_appendix_b() {
+        assert!(super::pkce_matches(
+            "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM",
+            "dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk"
+        ));
+        assert!(!super::pkce_matches(
+            "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM",
+            "dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXX"
+        ));
+    }
+}

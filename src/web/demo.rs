@@ -1,0 +1,23 @@
+//! The demo app's redirect URL: shows what an app receives, so that
+//! `tally demo` can be tried with nothing but a browser.
+
+use super::{page, PageError};
+use actix_web::http::StatusCode;
+use actix_web::{web, HttpResponse};
+use askama::Template;
+
+#[derive(Template)]
+#[template(path = "demo_callback.html")]
+struct DemoCallback {
+    params: Vec<(String, String)>,
+}
+
+pub async fn callback(query: web::Query<Vec<(String, String)>>) -> Result<HttpResponse, PageError> {
+    page(
+        StatusCode::OK,
+        &DemoCallback {
+            params: query.into_inner(),
+        },
+        None,
+    )
+}

@@ -1,0 +1,154 @@
+//! The people's pages: sign-in, consent, the account page, errors. Server-rendered
+//! with askama, usable without JavaScript, every page with the security headers
+//! of SPEC §9.
+
+pub mod authorize;
+pub mod demo;
+pub mod session;
+pub mod signin;
+
+use actix_web::http::header::{self, HeaderValue};
+use actix_web::http::StatusCode;
+use actix_web::{web, HttpResponse, HttpResponseBuilder, ResponseError};
+use askama::Template;
+
+/// The origin-level pages (outside `/v1`).
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.route("/static/tally.css", web::get().to(stylesheet))
+        .route("/signin", web::get().to(signin::show))
+        .route("/signin", web::post().to(signin::submit))
+        .route("/signout", web::post().to(signin::sign_out))
+        .route("/account", web::get().to(signin::account))
+        .route("/demo/callback", web::get().to(demo::callback));
+}
+
+/// The authorization endpoint's pages, inside the `/v1/oauth` scope.
+pub fn configure_oauth(cfg: &mut web::ServiceConfig) {
+    cfg.route("/authorize", web::get().to(authorize::show))
+        .route("/authorize", web::post().to(authorize::decide));
+}
+
+const STYLESHEET: &str = include_str!("../../static/tally.css");
+
+async fn stylesheet() -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type("text/css; charset=utf-8")
+        .insert_header((header::CACHE_CONTROL, "public, max-age=3600"))
+        .insert_header((header::X_CONTENT_TYPE_OPTIONS, "nosniff"))
+        .body(STYLESHEET)
+}
+
+/// The headers every page and every answer to a form carries. `form_target` is
+/// an extra origin the page's forms may lead to: browsers apply `form-action`
+/// to the redirect that answers a form, so the consent page names the app's.
+pub fn secure(builder: &mut HttpResponseBuilder, form_target: Option<&str>) {
+    let form_action = match form_target {
+        Some(origin) => format!("'self' {origin}"),
+        None => "'self'".to_owned(),
+    };
+    builder
+        .insert_header((
+            header::CONTENT_SECURITY_POLICY,
+            format!(
+                "default-src 'self'; frame-ancestors 'none'; form-action {form_action}; base-uri 'none'"
+            ),
+        ))
+        .insert_header((header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY")))
+        .insert_header((header::REFERRER_POLICY, HeaderValue::from_static("no-referrer")))
+        .insert_header((header::CACHE_CONTROL, HeaderValue::from_static("no-store")))
+        .insert_header((header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff")));
+}
+
+/// Renders a page with the security headers.
+pub fn page(
+    status: StatusCode,
+    template: &impl Template,
+    form_target: Option<&str>,
+) -> Result<HttpResponse, PageError> {
+    let html = template
+        .render()
+        .map_err(|e| PageError::Unexpected(anyhow::anyhow!("template failed: {e}")))?;
+    let mut builder = HttpResponse::build(status);
+    secure(&mut builder, form_target);
+    Ok(builder.content_type("text/html; charset=utf-8").body(html))
+}
+
+/// A 303 See Other, the answer to every form POST (and to GETs that move on).
+pub fn see_other(location: &str, form_target: Option<&str>) -> HttpResponse {
+    let mut builder = HttpResponse::SeeOther();
+    secure(&mut builder, form_target);
+    builder.insert_header((header::LOCATION, location)).finish()
+}
+
+#[derive(Template)]
+#[template(path = "error.html")]
+pub struct ErrorPage<'a> {
+    pub title: &'a str,
+    pub message: &'a str,
+}
+
+/// Errors of the pages, shown as an error page.
+#[derive(Debug, thiserror::Error)]
+pub enum PageError {
+    #[error("{0}")]
+    BadRequest(String),
+    /// CSRF token or Origin refused.
+    #[error("{0}")]
+    Forbidden(String),
+    #[error("too many attempts; try again in {retry_after_secs} seconds")]
+    TooManyRequests { retry_after_secs: u64 },
+    #[error("the service is unavailable; try again later")]
+    Unavailable,
+    #[error("something went wrong on our side")]
+    Unexpected(#[source] anyhow::Error),
+}
+
+impl From<crate::store::StoreError> for PageError {
+    fn from(error: crate::store::StoreError) -> Self {
+        match error {
+            crate::store::StoreError::Unavailable(_) => Self::Unavailable,
+            other => Self::Unexpected(other.into()),
+        }
+    }
+}
+
+impl ResponseError for PageError {
+    fn status_code(&self) -> StatusCode {
+        match self {
+            Self::BadRequest(_) => StatusCode::BAD_REQUEST,
+            Self::Forbidden(_) => StatusCode::FORBIDDEN,
+            Self::TooManyRequests { .. } => StatusCode::TOO_MANY_REQUESTS,
+            Self::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Unexpected(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    fn error_response(&self) -> HttpResponse {
+        if let Self::Unexpected(cause) = self {
+            tracing::error!(error = ?cause, "page failed");
+        }
+        let title = match self {
+            Self::BadRequest(_) => "This request cannot be served",
+            Self::Forbidden(_) => "This form cannot be accepted",
+            Self::TooManyRequests { .. } => "Too many attempts",
+            Self::Unavailable => "Tally is unavailable",
+            Self::Unexpected(_) => "Something went wrong",
+        };
+        let message = self.to_string();
+        let mut response = page(
+            self.status_code(),
+            &ErrorPage {
+                title,
+                message: &message,
+            },
+            None,
+        )
+        .unwrap_or_else(|_| HttpResponse::build(self.status_code()).body(message.clone()));
+        if let Self::TooManyRequests { retry_after_secs } = self {
+            if let Ok(value) = HeaderValue::from_str(&retry_after_secs.to_string()) {
+                response.headers_mut().insert(header::RETRY_AFTER, value);
+            }
+        }
+        response
+    }
+}

@@ -1,0 +1,101 @@
+//! The browser session: an encrypted, signed cookie (`HttpOnly`, `SameSite=Lax`,
+//! `Secure` under HTTPS) holding the signed-in user and the CSRF token.
+
+use super::PageError;
+use crate::oauth::credentials;
+use crate::startup::AppState;
+use crate::store::{User, UserKey};
+use actix_session::Session;
+use actix_web::HttpRequest;
+use subtle::ConstantTimeEq;
+
+const USER_ID: &str = "uid";
+const CSRF: &str = "csrf";
+const FLASH: &str = "flash";
+
+/// The CSRF token of this session, made on first use.
+pub fn csrf_token(session: &Session) -> Result<String, PageError> {
+    if let Ok(Some(token)) = session.get::<String>(CSRF) {
+        return Ok(token);
+    }
+    let token = credentials::random_hex(32);
+    session
+        .insert(CSRF, &token)
+        .map_err(|e| PageError::Unexpected(anyhow::anyhow!("session: {e}")))?;
+    Ok(token)
+}
+
+/// Every POST from a page must carry the session's CSRF token and, when the
+/// browser sends an `Origin`, come from our own origin.
+pub fn check_form(
+    req: &HttpRequest,
+    state: &AppState,
+    session: &Session,
+    presented: Option<&str>,
+) -> Result<(), PageError> {
+    if let Some(origin) = req.headers().get(actix_web::http::header::ORIGIN) {
+        if origin.to_str().unwrap_or("") != state.public_origin {
+            return Err(PageError::Forbidden(
+                "The form was sent from another site.".to_owned(),
+            ));
+        }
+    }
+    let expected = session.get::<String>(CSRF).ok().flatten();
+    let valid = match (expected, presented) {
+        (Some(expected), Some(presented)) => {
+            bool::from(expected.as_bytes().ct_eq(presented.as_bytes()))
+        }
+        _ => false,
+    };
+    if valid {
+        Ok(())
+    } else {
+        Err(PageError::Forbidden(
+            "The form has expired or was not sent by this site. Go back, reload the page and try again."
+                .to_owned(),
+        ))
+    }
+}
+
+/// The signed-in user, if the session has one that still exists and is not
+/// suspended.
+pub async fn current_user(state: &AppState, session: &Session) -> Result<Option<User>, PageError> {
+    let Ok(Some(user_id)) = session.get::<String>(USER_ID) else {
+        return Ok(None);
+    };
+    let user = state.store.find_user(UserKey::Id(&user_id)).await?;
+    Ok(user.filter(|u| !u.suspended))
+}
+
+/// Starts a fresh session for a user who just signed in (a new cookie and a new
+/// CSRF token, against session fixation).
+pub fn sign_in(session: &Session, user_id: &str) -> Result<(), PageError> {
+    session.renew();
+    session.remove(CSRF);
+    session
+        .insert(USER_ID, user_id)
+        .map_err(|e| PageError::Unexpected(anyhow::anyhow!("session: {e}")))
+}
+
+pub fn sign_out(session: &Session) {
+    session.purge();
+}
+
+/// A message for the next page shown.
+pub fn flash(session: &Session, message: &str) {
+    let _ = session.insert(FLASH, message);
+}
+
+pub fn take_flash(session: &Session) -> Option<String> {
+    session.remove_as::<String>(FLASH).and_then(Result::ok)
+}
+
+/// Where to go after signing in: only a path of this site, never another origin.
+pub fn safe_return_to(value: Option<&str>) -> String {
+    match value {
+        Some(path) if path.starts_with('/') && !path.starts_with("//") && !path.contains('\\') => {
+            path.to_owned()
+        }
+        _ => "/account".to_owned(),
+    }
+}

@@ -1,0 +1,188 @@
+//! Signing in and out, and the account page.
+
+use super::session::{self, safe_return_to};
+use super::{page, see_other, PageError};
+use crate::domain::{Email, Money, Phone, Username};
+use crate::oauth::throttle::{self, Attempt};
+use crate::startup::AppState;
+use crate::store::{Store, StoreError, User, UserKey};
+use actix_session::Session;
+use actix_web::http::StatusCode;
+use actix_web::{web, HttpRequest, HttpResponse};
+use askama::Template;
+use serde::Deserialize;
+use std::net::{IpAddr, Ipv4Addr};
+
+#[derive(Template)]
+#[template(path = "signin.html")]
+pub struct SignInPage {
+    pub csrf_token: String,
+    pub return_to: String,
+    pub error: Option<String>,
+    pub app_name: Option<String>,
+}
+
+#[derive(Deserialize)]
+pub struct ReturnTo {
+    return_to: Option<String>,
+}
+
+pub async fn show(
+    state: web::Data<AppState>,
+    session: Session,
+    query: web::Query<ReturnTo>,
+) -> Result<HttpResponse, PageError> {
+    let return_to = safe_return_to(query.return_to.as_deref());
+    if session::current_user(&state, &session).await?.is_some() {
+        return Ok(see_other(&return_to, None));
+    }
+    sign_in_page(&session, return_to, None)
+}
+
+/// The sign-in form, which sends the browser on to `return_to` once signed in.
+pub fn sign_in_page(
+    session: &Session,
+    return_to: String,
+    app_name: Option<String>,
+) -> Result<HttpResponse, PageError> {
+    let template = SignInPage {
+        csrf_token: session::csrf_token(session)?,
+        return_to,
+        error: session::take_flash(session),
+        app_name,
+    };
+    page(StatusCode::OK, &template, None)
+}
+
+#[derive(Deserialize)]
+pub struct SignInForm {
+    username: String,
+    password: String,
+    csrf_token: Option<String>,
+    return_to: Option<String>,
+}
+
+pub async fn submit(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    session: Session,
+    form: web::Form<SignInForm>,
+) -> Result<HttpResponse, PageError> {
+    session::check_form(&req, &state, &session, form.csrf_token.as_deref())?;
+    let return_to = safe_return_to(form.return_to.as_deref());
+    let back = format!(
+        "/signin?{}",
+        url::form_urlencoded::Serializer::new(String::new())
+            .append_pair("return_to", &return_to)
+            .finish()
+    );
+    let store = state.store.as_ref();
+    let identifier = form.username.trim();
+    let user = find_account(store, identifier).await?;
+    let account_key = user
+        .as_ref()
+        .map_or_else(|| identifier.to_lowercase(), |u| u.id.clone());
+    let attempt = Attempt::new(&account_key, client_ip(&req));
+    if let Err(wait) = throttle::check(store, &attempt).await? {
+        return Err(PageError::TooManyRequests {
+            retry_after_secs: wait.as_secs() + 1,
+        });
+    }
+    // The same work and the same answer whether the account exists or not.
+    let matched = state
+        .hasher
+        .verify(
+            user.as_ref().map(|u| u.password_hash.as_str()),
+            &form.password,
+        )
+        .await;
+    let user = match user {
+        Some(user) if matched => user,
+        _ => {
+            throttle::record_failure(store, &attempt).await?;
+            session::flash(&session, "Incorrect username or password.");
+            return Ok(see_other(&back, None));
+        }
+    };
+    throttle::record_success(store, &attempt).await?;
+    if user.suspended {
+        session::flash(&session, "This account is suspended.");
+        return Ok(see_other(&back, None));
+    }
+    session::sign_in(&session, &user.id)?;
+    Ok(see_other(&return_to, None))
+}
+
+/// Accounts sign in with their username, e-mail address or phone number.
+async fn find_account(store: &dyn Store, identifier: &str) -> Result<Option<User>, StoreError> {
+    if identifier.contains('@') {
+        return match Email::parse(identifier) {
+            Ok(email) => store.find_user(UserKey::Email(email.as_str())).await,
+            Err(_) => Ok(None),
+        };
+    }
+    if Username::parse(identifier).is_ok() {
+        if let Some(user) = store.find_user(UserKey::Username(identifier)).await? {
+            return Ok(Some(user));
+        }
+    }
+    match Phone::parse(identifier) {
+        Ok(phone) => store.find_user(UserKey::Phone(phone.as_str())).await,
+        Err(_) => Ok(None),
+    }
+}
+
+/// The address the connection comes from (Tally does not trust forwarding
+/// headers: run it without a proxy, or make the proxy the only client).
+pub fn client_ip(req: &HttpRequest) -> IpAddr {
+    req.peer_addr()
+        .map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |a| a.ip())
+}
+
+#[derive(Deserialize)]
+pub struct CsrfForm {
+    csrf_token: Option<String>,
+}
+
+pub async fn sign_out(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    session: Session,
+    form: web::Form<CsrfForm>,
+) -> Result<HttpResponse, PageError> {
+    session::check_form(&req, &state, &session, form.csrf_token.as_deref())?;
+    session::sign_out(&session);
+    Ok(see_other("/signin", None))
+}
+
+#[derive(Template)]
+#[template(path = "account.html")]
+struct AccountPage {
+    csrf_token: String,
+    username: String,
+    display_name: String,
+    balance: Money,
+}
+
+pub async fn account(
+    state: web::Data<AppState>,
+    session: Session,
+) -> Result<HttpResponse, PageError> {
+    let Some(user) = session::current_user(&state, &session).await? else {
+        return Ok(see_other("/signin?return_to=%2Faccount", None));
+    };
+    let display_name = format!("{} {}", user.first_name, user.last_name)
+        .trim()
+        .to_owned();
+    let template = AccountPage {
+        csrf_token: session::csrf_token(&session)?,
+        display_name: if display_name.is_empty() {
+            user.username.clone()
+        } else {
+            display_name
+        },
+        username: user.username,
+        balance: Money::from_cents(user.balance_cents),
+    };
+    page(StatusCode::OK, &template, None)
+}
