@@ -9,6 +9,7 @@ mod helpers;
 mod oauth_fixture;
 
 mod cli;
+mod concurrency;
 mod config;
 mod health;
 mod oauth;
