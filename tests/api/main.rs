@@ -13,6 +13,7 @@ mod concurrency;
 mod config;
 mod health;
 mod oauth;
+mod openapi;
 mod payments_api;
 mod store_conformance;
 mod users_api;
