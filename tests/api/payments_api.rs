@@ -259,7 +259,7 @@ async fn a_pay_to_an_email_is_claimed_when_an_account_verifies_it(backend: Backe
 
 async fn unclaimed_payments_expire_and_pays_come_back(backend: Backend) {
     let Some(app) =
-        TestApp::spawn_with(backend, |s| s.unclaimed_expiry = Duration::from_millis(300)).await
+        TestApp::spawn_with(backend, |s| s.unclaimed_expiry = Duration::from_secs(1)).await
     else {
         return;
     };

@@ -16,6 +16,7 @@ on_both_backends!(
     concurrent_deposits_into_one_account_all_count,
     the_first_stored_server_setting_wins,
     the_audit_finds_a_balance_changed_behind_the_ledgers_back,
+    the_audit_finds_held_money_that_no_pending_pay_explains,
 );
 
 fn new_user(username: &str, email: Option<&str>, phone: Option<&str>) -> NewUser {
@@ -324,6 +325,45 @@ async fn the_audit_finds_a_balance_changed_behind_the_ledgers_back(backend: Back
     let report = ledger::audit::run(store.as_ref()).await.unwrap();
     assert!(!report.ok);
     assert_eq!(report.discrepancies.len(), 1, "{:?}", report.discrepancies);
+}
+
+async fn the_audit_finds_held_money_that_no_pending_pay_explains(backend: Backend) {
+    let Some((db, store)) = store_for(backend).await else {
+        return;
+    };
+    let mut ann = new_user("ann", None, None);
+    ann.verified = true;
+    let ann = store.insert_user(&ann).await.unwrap();
+    let bob = store
+        .insert_user(&new_user("bob", None, None))
+        .await
+        .unwrap();
+    ledger::deposit(store.as_ref(), &ann.id, Amount::parse("10").unwrap())
+        .await
+        .unwrap();
+    let request = ledger::payments::PaymentRequest {
+        target: ledger::payments::TargetAddress::UserId(bob.id.clone()),
+        amount: Amount::parse("4").unwrap(),
+        note: tally::domain::Note::parse("x").unwrap(),
+        audience: tally::domain::Audience::Private,
+        medium: tally::domain::Medium::Api,
+    };
+    ledger::payments::create(store.as_ref(), &ann, request, None, now_micros())
+        .await
+        .unwrap();
+    // Held money is part of the books: the audit holds while the pay is pending.
+    let report = ledger::audit::run(store.as_ref()).await.unwrap();
+    assert!(report.ok, "{:?}", report.discrepancies);
+    tamper(&db, "UPDATE payments SET status = 'cancelled'").await;
+    let report = ledger::audit::run(store.as_ref()).await.unwrap();
+    assert!(!report.ok);
+    assert_eq!(
+        report.discrepancies,
+        [ledger::audit::Discrepancy::HeldMismatch {
+            held: tally::domain::Money::from_cents(400),
+            pending_pays: tally::domain::Money::from_cents(0),
+        }]
+    );
 }
 
 /// Runs raw SQL against a test database, bypassing the store.
