@@ -14,7 +14,7 @@ use crate::ledger::payments::{
     self as rules, CreateError, PaymentRequest, TargetAddress, Update, UpdateError,
 };
 use crate::startup::AppState;
-use crate::store::{kinds, Payment, PaymentFilter};
+use crate::store::{Payment, PaymentFilter};
 use actix_web::{web, HttpRequest, HttpResponse};
 use serde::Serialize;
 
@@ -300,7 +300,6 @@ pub async fn update(
     let related = Related::load(state.store.as_ref(), std::slice::from_ref(&updated.payment))
         .await?
         .with_refund(updated.refund);
-    debug_assert!(updated.payment.kind == kinds::PAYMENT);
     Ok(render::ok(Made {
         balance: balance_for(&principal, updated.balance),
         payment: related.view(&updated.payment),

@@ -327,6 +327,7 @@ fn base(
         refund: None,
         balance_of: None,
         skip_locked: false,
+        unclaimed_only: false,
     }
 }
 
@@ -402,7 +403,11 @@ pub async fn process_due(store: &dyn Store, timing: Timing, now: i64) -> Result<
                 t
             }
             (Some(_), _) => returning(payment, PaymentStatus::Failed, now),
-            (None, _) => returning(payment, PaymentStatus::Expired, now),
+            (None, _) => {
+                let mut t = returning(payment, PaymentStatus::Expired, now);
+                t.unclaimed_only = true;
+                t
+            }
         };
         transition.skip_locked = true;
         match store.apply_transition(&transition).await? {

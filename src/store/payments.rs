@@ -104,6 +104,9 @@ pub struct Transition {
     pub balance_of: Option<String>,
     /// Workers pass by payments another instance holds (PostgreSQL `SKIP LOCKED`).
     pub skip_locked: bool,
+    /// Applies only while no account has claimed the payment (expiry must not
+    /// overtake a claim that committed after the worker looked).
+    pub unclaimed_only: bool,
 }
 
 #[derive(Debug)]
@@ -500,10 +503,12 @@ macro_rules! impl_payment_store {
                 if let Some(refund) = &t.refund {
                     Self::insert_payment_row(&mut tx, refund).await?;
                 }
-                let changed = sqlx::query(
+                let sql = format!(
                     "UPDATE payments SET status = $2, date_completed = $3, \
-                     refund_payment_id = $4 WHERE id = $1 AND status = 'pending'",
-                )
+                     refund_payment_id = $4 WHERE id = $1 AND status = 'pending'{}",
+                    if t.unclaimed_only { " AND target_user_id IS NULL" } else { "" }
+                );
+                let changed = sqlx::query(&sql)
                 .bind(&t.payment_id)
                 .bind(t.status)
                 .bind(t.at)

@@ -17,6 +17,7 @@ on_both_backends!(
     the_first_stored_server_setting_wins,
     the_audit_finds_a_balance_changed_behind_the_ledgers_back,
     the_audit_finds_held_money_that_no_pending_pay_explains,
+    an_expiry_decided_before_a_claim_does_not_overtake_it,
 );
 
 fn new_user(username: &str, email: Option<&str>, phone: Option<&str>) -> NewUser {
@@ -364,6 +365,70 @@ async fn the_audit_finds_held_money_that_no_pending_pay_explains(backend: Backen
             pending_pays: tally::domain::Money::from_cents(0),
         }]
     );
+}
+
+async fn an_expiry_decided_before_a_claim_does_not_overtake_it(backend: Backend) {
+    let Some((_db, store)) = store_for(backend).await else {
+        return;
+    };
+    let ann = store
+        .insert_user(&new_user("ann", None, None))
+        .await
+        .unwrap();
+    let bob = store
+        .insert_user(&new_user("bob", Some("bob@example.com"), None))
+        .await
+        .unwrap();
+    ledger::deposit(store.as_ref(), &ann.id, Amount::parse("10").unwrap())
+        .await
+        .unwrap();
+    let request = ledger::payments::PaymentRequest {
+        target: ledger::payments::TargetAddress::Email(
+            tally::domain::Email::parse("bob@example.com").unwrap(),
+        ),
+        amount: Amount::parse("4").unwrap(),
+        note: tally::domain::Note::parse("x").unwrap(),
+        audience: tally::domain::Audience::Private,
+        medium: tally::domain::Medium::Api,
+    };
+    let made = ledger::payments::create(store.as_ref(), &ann, request, None, now_micros())
+        .await
+        .unwrap();
+    assert!(
+        made.payment.target_user_id.is_none(),
+        "bob has not verified it"
+    );
+    // The worker saw it unclaimed; then bob verified the address.
+    let due = store.due_payments(0, i64::MAX, 10).await.unwrap();
+    assert_eq!(due.len(), 1);
+    let claimed = store
+        .claim_payments(&bob.id, Some("bob@example.com"), None, now_micros())
+        .await
+        .unwrap();
+    assert_eq!(claimed, 1);
+    let expiry = tally::store::Transition {
+        payment_id: made.payment.id.clone(),
+        status: "expired",
+        at: now_micros(),
+        movement_id: tally::domain::new_id(),
+        entry_kind: "refund",
+        moves: vec![tally::store::Move {
+            from: tally::store::accounts::HELD.to_owned(),
+            to: ann.id.clone(),
+            cents: 400,
+        }],
+        refund: None,
+        balance_of: None,
+        skip_locked: true,
+        unclaimed_only: true,
+    };
+    let outcome = store.apply_transition(&expiry).await.unwrap();
+    assert!(
+        matches!(outcome, tally::store::TransitionOutcome::NotPending),
+        "{outcome:?}"
+    );
+    let report = ledger::audit::run(store.as_ref()).await.unwrap();
+    assert!(report.ok, "{:?}", report.discrepancies);
 }
 
 /// Runs raw SQL against a test database, bypassing the store.
