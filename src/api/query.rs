@@ -13,12 +13,19 @@ pub const MAX_LIMIT: i64 = 50;
 pub fn limit(params: &Params) -> Result<i64, ApiError> {
     match params.text("limit")? {
         None => Ok(DEFAULT_LIMIT),
-        Some(text) => match text.trim().parse::<u64>() {
-            Ok(0) | Err(_) => Err(ApiError::InvalidRequest(
-                "limit must be a positive whole number".to_owned(),
-            )),
-            Ok(n) => Ok(i64::try_from(n).unwrap_or(MAX_LIMIT).min(MAX_LIMIT)),
-        },
+        Some(text) => {
+            let digits = text.trim();
+            let whole = !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit());
+            if !whole || digits.bytes().all(|b| b == b'0') {
+                return Err(ApiError::InvalidRequest(
+                    "limit must be a positive whole number".to_owned(),
+                ));
+            }
+            // Any larger number, however long, is clamped.
+            Ok(digits
+                .parse::<i64>()
+                .map_or(MAX_LIMIT, |n| n.min(MAX_LIMIT)))
+        }
     }
 }
 
