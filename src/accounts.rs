@@ -72,3 +72,46 @@ pub async fn create(
             other => CreateAccountError::Store(other),
         })
 }
+
+/// Why a password chosen at sign-up is refused, in words to show.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("{0}")]
+pub struct WeakPassword(pub String);
+
+/// zxcvbn's estimate must reach 3 of 4 ("safely unguessable"), taking the
+/// person's own names and addresses into account as guesses.
+pub fn check_password_strength(password: &str, own_words: &[&str]) -> Result<(), WeakPassword> {
+    let estimate = zxcvbn::zxcvbn(password, own_words);
+    if estimate.score() >= zxcvbn::Score::Three {
+        return Ok(());
+    }
+    let mut advice = vec!["This password is too easy to guess.".to_owned()];
+    if let Some(feedback) = estimate.feedback() {
+        if let Some(warning) = feedback.warning() {
+            advice.push(format!("{warning}."));
+        }
+        advice.extend(feedback.suggestions().iter().map(|s| s.to_string()));
+    }
+    if advice.len() == 1 {
+        advice.push("Add more words or characters that do not belong together.".to_owned());
+    }
+    Err(WeakPassword(advice.join(" ")))
+}
+
+/// Called whenever an e-mail address or phone number of `user` has just become
+/// verified: payments waiting for that address are claimed by the account
+/// (SPEC §5). The one place that links verification to the ledger.
+// MERGE: call crate::ledger::payments::claim(store, user, settlement_delay, now) here.
+#[tracing::instrument(skip_all, fields(user_id = %user.id))]
+pub async fn on_contact_verified(
+    _store: &dyn Store,
+    user: &User,
+    _settings: &crate::config::Settings,
+) -> Result<(), StoreError> {
+    tracing::info!(
+        email_verified = user.email_verified,
+        phone_verified = user.phone_verified,
+        "contact verified"
+    );
+    Ok(())
+}

@@ -3,8 +3,10 @@
 
 use crate::api;
 use crate::auth::password::PasswordHasher;
+use crate::auth::usage::GrantUsage;
 use crate::config::{Settings, TlsFiles};
 use crate::limits::RateLimits;
+use crate::mailer::Mailer;
 use crate::oauth::credentials;
 use crate::store::{self, Store};
 use crate::telemetry;
@@ -36,6 +38,8 @@ pub struct AppState {
     pub secret_key: SecretString,
     pub hasher: PasswordHasher,
     pub rate_limits: RateLimits,
+    pub mailer: Mailer,
+    pub grant_usage: GrantUsage,
 }
 
 /// Connects to the configured database and applies pending migrations.
@@ -94,6 +98,7 @@ impl Application {
         // deployment's secret key, so every instance reads every cookie.
         let cookie_key = Key::from(&Sha512::digest(secret_key.expose_secret().as_bytes()));
         let secure_cookies = public_origin.starts_with("https://");
+        let mailer = Mailer::from_settings(&settings)?;
         let state = web::Data::new(AppState {
             rate_limits: RateLimits::new(settings.api_rate_limit, settings.oauth_rate_limit),
             store,
@@ -101,6 +106,8 @@ impl Application {
             public_origin: public_origin.clone(),
             secret_key,
             hasher: PasswordHasher::new(hash_concurrency()),
+            mailer,
+            grant_usage: GrantUsage::default(),
         });
 
         let server = HttpServer::new(move || {

@@ -4,6 +4,7 @@
 mod error;
 mod models;
 mod oauth;
+mod pages;
 mod postgres;
 mod sql;
 mod sqlite;
@@ -11,6 +12,7 @@ mod sqlite;
 pub use error::StoreError;
 pub use models::*;
 pub use oauth::*;
+pub use pages::*;
 pub use postgres::PgStore;
 pub use sqlite::SqliteStore;
 
@@ -31,7 +33,7 @@ pub enum UserKey<'a> {
 #[async_trait]
 /// Everything the service stores. Areas with many methods (OAuth, payments) have
 /// a trait of their own in their own file.
-pub trait Store: OAuthStore + Send + Sync + 'static {
+pub trait Store: OAuthStore + PagesStore + Send + Sync + 'static {
     /// Which backend this is, for logs and tests.
     fn backend(&self) -> &'static str;
 

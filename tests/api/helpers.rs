@@ -279,6 +279,11 @@ impl ServeProcess {
         }
     }
 
+    /// Everything the server has logged so far.
+    pub fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+
     /// Stops the server and returns everything it logged.
     pub fn stop(mut self) -> String {
         let _ = self.child.kill();

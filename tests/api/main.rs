@@ -5,10 +5,13 @@
 
 mod browser;
 mod helpers;
+mod mail_sink;
 mod oauth_fixture;
 
 mod cli;
 mod config;
 mod health;
 mod oauth;
+mod pages;
+mod real_browser;
 mod store_conformance;
