@@ -5,7 +5,7 @@ use crate::auth::password::PasswordHasher;
 use crate::domain::{now_micros, Amount, Email, Password, Phone, Username};
 use crate::ledger;
 use crate::oauth::credentials;
-use crate::store::{NewApp, Store, UserKey};
+use crate::store::{AppUpdate, NewApp, Store, UserKey};
 use secrecy::{ExposeSecret, SecretString};
 use sha2::{Digest, Sha256};
 
@@ -114,12 +114,21 @@ pub async fn seed(
     let derived = Sha256::digest(format!("{}:demo-app-secret", secret_key.expose_secret()));
     let secret = credentials::from_secret(format!("tly_secret_{}", hex::encode(derived)));
     let redirect_url = format!("{public_origin}/demo/callback");
+    let details = AppUpdate {
+        name: "Tally Demo App".to_owned(),
+        description: "An app to try Tally's OAuth flows with.".to_owned(),
+        redirect_url: Some(redirect_url.clone()),
+        site_url: Some(public_origin.to_owned()),
+    };
     match store.find_app(DEMO_CLIENT_ID).await? {
-        Some(app) if app.secret_digest == secret.digest => {}
-        Some(_) => {
-            store
-                .set_app_secret_digest(DEMO_CLIENT_ID, &secret.digest)
-                .await?
+        // The origin may differ from the last run's: keep the redirect URL on it.
+        Some(app) => {
+            if app.secret_digest != secret.digest {
+                store
+                    .set_app_secret_digest(DEMO_CLIENT_ID, &secret.digest)
+                    .await?;
+            }
+            store.update_app(DEMO_CLIENT_ID, &details).await?;
         }
         None => {
             let owner = ids.first().cloned().unwrap_or_default();
@@ -127,10 +136,10 @@ pub async fn seed(
                 .insert_app(&NewApp {
                     client_id: DEMO_CLIENT_ID.to_owned(),
                     secret_digest: secret.digest.clone(),
-                    name: "Tally Demo App".to_owned(),
-                    description: "An app to try Tally's OAuth flows with.".to_owned(),
-                    redirect_url: Some(redirect_url.clone()),
-                    site_url: Some(public_origin.to_owned()),
+                    name: details.name,
+                    description: details.description,
+                    redirect_url: details.redirect_url,
+                    site_url: details.site_url,
                     owner_id: owner,
                     created_at: now_micros(),
                 })

@@ -62,6 +62,14 @@ pub struct App {
     pub created_at: i64,
 }
 
+/// The fields of an app its owner may change.
+pub struct AppUpdate {
+    pub name: String,
+    pub description: String,
+    pub redirect_url: Option<String>,
+    pub site_url: Option<String>,
+}
+
 pub struct NewApp {
     pub client_id: String,
     pub secret_digest: String,

@@ -2,7 +2,7 @@
 //! user authorized and their revocation, personal access tokens, and the apps a
 //! developer owns.
 
-use super::{App, StoreError, User};
+use super::{App, AppUpdate, StoreError, User};
 use async_trait::async_trait;
 
 /// Where a verification link was sent.
@@ -37,15 +37,6 @@ pub struct ProfileUpdate {
     pub first_name: String,
     pub last_name: String,
     pub about: String,
-}
-
-/// New details of an app, already checked.
-#[derive(Debug, Clone)]
-pub struct AppUpdate {
-    pub name: String,
-    pub description: String,
-    pub redirect_url: String,
-    pub site_url: Option<String>,
 }
 
 /// One remembered consent of a user to an app (an app the user allowed with
@@ -117,7 +108,7 @@ pub trait PagesStore: Send + Sync {
 
     async fn apps_of_owner(&self, owner_id: &str) -> Result<Vec<App>, StoreError>;
     /// Changes an app's details if `owner_id` owns it.
-    async fn update_app(
+    async fn update_own_app(
         &self,
         owner_id: &str,
         client_id: &str,
@@ -366,7 +357,7 @@ macro_rules! impl_pages_store {
             }
 
             #[tracing::instrument(skip_all)]
-            async fn update_app(
+            async fn update_own_app(
                 &self,
                 owner_id: &str,
                 client_id: &str,

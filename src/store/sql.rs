@@ -233,6 +233,30 @@ macro_rules! impl_store {
                 Ok(())
             }
 
+            #[tracing::instrument(skip_all)]
+            async fn update_app(
+                &self,
+                client_id: &str,
+                details: &AppUpdate,
+            ) -> Result<Option<App>, StoreError> {
+                let sql = format!(
+                    "UPDATE apps SET name = $2, description = $3, redirect_url = $4, site_url = $5 \
+                     WHERE client_id = $1 RETURNING {}",
+                    $crate::store::sql::APP_COLUMNS
+                );
+                let mut tx = self.write().await?;
+                let app = sqlx::query_as::<_, App>(&sql)
+                    .bind(client_id)
+                    .bind(&details.name)
+                    .bind(&details.description)
+                    .bind(&details.redirect_url)
+                    .bind(&details.site_url)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+                tx.commit().await?;
+                Ok(app)
+            }
+
             #[tracing::instrument(skip_all, fields(to = %movement.to, cents = movement.cents))]
             async fn deposit(&self, movement: &Movement) -> Result<i64, StoreError> {
                 let mut tx = self.write().await?;

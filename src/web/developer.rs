@@ -307,13 +307,13 @@ pub async fn update_app(
     };
     let updated = state
         .store
-        .update_app(
+        .update_own_app(
             &user.id,
             &client_id,
             &AppUpdate {
                 name: details.name,
                 description: details.description,
-                redirect_url: details.redirect_url.to_string(),
+                redirect_url: Some(details.redirect_url.to_string()),
                 site_url: details.site_url,
             },
         )

@@ -1,6 +1,7 @@
 //! The operator commands, through the real `tally` binary.
 
-use crate::helpers::{on_both_backends, tally, Backend, TestDb};
+use crate::browser::{query_of, Browser};
+use crate::helpers::{on_both_backends, tally, Backend, ServeProcess, TestDb};
 use serde_json::json;
 
 on_both_backends!(
@@ -9,6 +10,7 @@ on_both_backends!(
     sixteen_parallel_deposit_processes_all_count,
     the_audit_exits_1_when_the_ledger_disagrees,
     migrate_applies_migrations_and_is_repeatable,
+    demo_seeds_once_and_prints_a_working_authorize_url,
 );
 
 fn keys(value: &serde_json::Value) -> Vec<String> {
@@ -419,5 +421,61 @@ async fn migrate_applies_migrations_and_is_repeatable(backend: Backend) {
         let run = tally(&url, &["migrate"]);
         assert!(run.status.success(), "{}", run.stderr);
         assert!(run.stdout.contains("migrations applied"));
+    }
+}
+
+async fn demo_seeds_once_and_prints_a_working_authorize_url(backend: Backend) {
+    let Some(db) = TestDb::new(backend).await else {
+        return;
+    };
+    let url = db.url_string();
+    for run in 0..2 {
+        let demo = ServeProcess::start_command("demo", &url, &[]);
+        let printed = demo.wait_for_stdout("/v1/oauth/authorize?");
+        assert!(
+            printed.contains(&format!("running at {}", demo.origin)),
+            "{printed}"
+        );
+        assert!(printed.contains("alice, bob, carol"));
+        let authorize = printed
+            .lines()
+            .map(str::trim)
+            .find(|l| l.starts_with("http") && l.contains("/v1/oauth/authorize?"))
+            .unwrap()
+            .to_owned();
+        let http = reqwest::Client::new();
+        for path in ["/healthz", "/readyz"] {
+            let status = http
+                .get(format!("{}{path}", demo.origin))
+                .send()
+                .await
+                .unwrap()
+                .status();
+            assert_eq!(status, 200, "{path}");
+        }
+        let browser = Browser::new(&demo.origin);
+        let consent = browser
+            .to_consent(&authorize, "alice", tally::demo::DEMO_PASSWORD)
+            .await;
+        let answer = if consent.status == 303 {
+            consent
+        } else {
+            browser.decide(&consent, "allow").await
+        };
+        let location = answer.location().unwrap();
+        assert!(
+            location.starts_with(&format!("{}/demo/callback?", demo.origin)),
+            "{location}"
+        );
+        assert!(query_of(&location)["access_token"].starts_with("tly_at_"));
+        let callback = browser.get(&location).await;
+        assert_eq!(callback.status, 200);
+        assert!(callback.text().contains("access_token"));
+        drop(demo);
+        // Running it again creates nothing new.
+        let audit = tally(&url, &["admin", "audit", "--json"]).json();
+        assert_eq!(audit["accounts"], 3, "run {run}");
+        assert_eq!(audit["total_balance"].as_f64(), Some(850.0), "run {run}");
+        assert_eq!(audit["ok"], true);
     }
 }

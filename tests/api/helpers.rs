@@ -230,26 +230,47 @@ pub struct ServeProcess {
     pub origin: String,
     child: std::process::Child,
     log: Arc<std::sync::Mutex<String>>,
+    stdout: Arc<std::sync::Mutex<String>>,
     reader: Option<std::thread::JoinHandle<()>>,
 }
 
 impl ServeProcess {
     pub fn start(db_url: &str, env: &[(&str, &str)]) -> Self {
-        use std::io::BufRead;
+        Self::start_command("serve", db_url, env)
+    }
+
+    /// `tally serve` or `tally demo`.
+    pub fn start_command(subcommand: &str, db_url: &str, env: &[(&str, &str)]) -> Self {
+        use std::io::{BufRead, Read};
         let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_tally"));
         command
-            .arg("serve")
+            .arg(subcommand)
             .env("TALLY_DATABASE_URL", db_url)
             .env("TALLY_LISTEN", "127.0.0.1:0")
             .env("TALLY_LOG", "info")
             .env("TALLY_LOG_FORMAT", "json")
-            .stdout(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped());
         for (key, value) in env {
             command.env(key, value);
         }
         let mut child = command.spawn().expect("start tally serve");
         let stderr = child.stderr.take().expect("stderr");
+        let mut child_stdout = child.stdout.take().expect("stdout");
+        let stdout = Arc::new(std::sync::Mutex::new(String::new()));
+        let stdout_sink = stdout.clone();
+        std::thread::spawn(move || {
+            let mut buffer = [0u8; 4096];
+            while let Ok(n) = child_stdout.read(&mut buffer) {
+                if n == 0 {
+                    break;
+                }
+                stdout_sink
+                    .lock()
+                    .unwrap()
+                    .push_str(&String::from_utf8_lossy(&buffer[..n]));
+            }
+        });
         let log = Arc::new(std::sync::Mutex::new(String::new()));
         let (origin_tx, origin_rx) = std::sync::mpsc::channel();
         let sink = log.clone();
@@ -275,6 +296,7 @@ impl ServeProcess {
             origin,
             child,
             log,
+            stdout,
             reader: Some(reader),
         }
     }
@@ -282,6 +304,22 @@ impl ServeProcess {
     /// Everything the server has logged so far.
     pub fn log(&self) -> String {
         self.log.lock().unwrap().clone()
+    }
+
+    /// Waits until stdout holds a line containing `needle`, and returns stdout.
+    pub fn wait_for_stdout(&self, needle: &str) -> String {
+        let started = std::time::Instant::now();
+        loop {
+            let text = self.stdout.lock().unwrap().clone();
+            if text.contains(needle) {
+                return text;
+            }
+            assert!(
+                started.elapsed() < std::time::Duration::from_secs(60),
+                "no {needle:?} on stdout: {text}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
     }
 
     /// Stops the server and returns everything it logged.

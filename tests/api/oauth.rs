@@ -33,6 +33,8 @@ on_both_backends!(
     unknown_user_and_wrong_password_get_the_same_answer,
     sign_in_is_throttled_per_account_and_address_without_locking_others_out,
     the_metadata_document_lists_every_endpoint,
+    too_many_oauth_requests_from_one_address_get_429,
+    people_sign_in_with_their_username_email_or_phone,
 );
 
 async fn spawn(backend: Backend) -> Option<(TestApp, Fixture)> {
@@ -1230,5 +1232,147 @@ async fn the_access_log_never_contains_a_credential() {
         PASSWORD,
     ] {
         assert!(!log.contains(secret), "{secret} leaked into the log");
+    }
+}
+
+async fn too_many_oauth_requests_from_one_address_get_429(backend: Backend) {
+    let Some(app) = TestApp::spawn_with(backend, |s| {
+        s.oauth_rate_limit = std::num::NonZeroU32::new(3).unwrap();
+    })
+    .await
+    else {
+        return;
+    };
+    let mut statuses = Vec::new();
+    let mut retry_after = None;
+    for _ in 0..5 {
+        let response = app
+            .http
+            .post(app.url("/v1/oauth/token"))
+            .form(&[("code", "tly_code_x")])
+            .send()
+            .await
+            .unwrap();
+        statuses.push(response.status().as_u16());
+        if response.status() == 429 {
+            retry_after = response.headers().get("retry-after").cloned();
+            let body: Value = response.json().await.unwrap();
+            assert_eq!(body["error"]["code"], "rate_limited");
+        }
+    }
+    assert_eq!(statuses, [401, 401, 401, 429, 429]);
+    assert!(retry_after.is_some());
+    // Other addresses have their own allowance.
+    let other = reqwest::Client::builder()
+        .local_address(Some("127.0.0.4".parse().unwrap()))
+        .build()
+        .unwrap();
+    let response = other
+        .post(app.url("/v1/oauth/token"))
+        .form(&[("code", "tly_code_x")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 401);
+}
+
+async fn people_sign_in_with_their_username_email_or_phone(backend: Backend) {
+    let Some(app) = TestApp::spawn(backend).await else {
+        return;
+    };
+    let store = app.store.as_ref();
+    tally::admin::user_add(
+        store,
+        &tally::auth::password::PasswordHasher::new(1),
+        tally::admin::UserAdd {
+            username: "Ann_Lee".to_owned(),
+            password: PASSWORD.to_owned(),
+            email: Some("ann@example.com".to_owned()),
+            phone: Some("(212) 555-0187".to_owned()),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    for identifier in [
+        "Ann_Lee",
+        "ann_lee",
+        "ANN@example.com",
+        "212-555-0187",
+        "+1 (212) 555 0187",
+    ] {
+        let browser = Browser::new(&app.origin);
+        let page = browser.get("/signin").await;
+        let answer = browser.sign_in(&page, identifier, PASSWORD).await;
+        assert_eq!(
+            answer.location().as_deref(),
+            Some("/account"),
+            "{identifier}"
+        );
+        let account = browser.get("/account").await;
+        assert_eq!(account.status, 200, "{identifier}");
+        assert!(account.text().contains("Ann_Lee"));
+    }
+}
+
+/// Two instances on one PostgreSQL: a token revoked through one is refused by
+/// the other at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revocation_on_one_instance_is_seen_by_another_within_a_second() {
+    let Some(db) = TestDb::new(Backend::Postgres).await else {
+        return;
+    };
+    let store = db.store().await;
+    let first = ServeProcess::start(&db.url_string(), &[]);
+    let second = ServeProcess::start(&db.url_string(), &[]);
+    let app = TestApp {
+        origin: first.origin.clone(),
+        store: store.clone(),
+        http: reqwest::Client::new(),
+        db,
+    };
+    let f = fixture(&app).await;
+    let scopes = tally::domain::ScopeSet::parse("access_profile").unwrap();
+    let token =
+        tally::oauth::tokens::issue_personal_access_token(store.as_ref(), &f.user_id, &scopes)
+            .await
+            .unwrap();
+    let introspect_at = |origin: String| {
+        let (id, secret, token) = (
+            f.client_id.clone(),
+            f.client_secret.clone(),
+            token.expose().to_owned(),
+        );
+        async move {
+            reqwest::Client::new()
+                .post(format!("{origin}/v1/oauth/introspect"))
+                .basic_auth(id, Some(secret))
+                .form(&[("token", token)])
+                .send()
+                .await
+                .unwrap()
+                .json::<Value>()
+                .await
+                .unwrap()
+        }
+    };
+    assert_eq!(introspect_at(second.origin.clone()).await["active"], true);
+    let revoked = reqwest::Client::new()
+        .delete(format!("{}/v1/oauth/access_token", first.origin))
+        .bearer_auth(token.expose())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(revoked.status(), 204);
+    let started = std::time::Instant::now();
+    loop {
+        if introspect_at(second.origin.clone()).await == json!({"active": false}) {
+            break;
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(1),
+            "still active after 1 s"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
 }
