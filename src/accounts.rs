@@ -115,3 +115,25 @@ pub async fn on_contact_verified(
     );
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn guessable_passwords_are_refused_with_advice() {
+        for weak in ["password123", "annlee2024", "qwertyuiop", "tallytally"] {
+            let refused = check_password_strength(weak, &["annlee", "Ann", "Lee", "tally"]);
+            assert!(
+                refused
+                    .as_ref()
+                    .is_err_and(|e| e.0.starts_with("This password is too easy to guess.")),
+                "{weak}: {refused:?}"
+            );
+        }
+        assert_eq!(
+            check_password_strength("plum vessel orbit 97 quietly", &["annlee"]),
+            Ok(())
+        );
+    }
+}

@@ -903,3 +903,53 @@ async fn an_origin_hidden_by_the_referrer_policy_is_judged_by_sec_fetch_site(bac
         );
     }
 }
+
+/// Without SMTP, the real server writes each link to its log on a marked line,
+/// e-mail and phone alike; the phone's link verifies the phone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_smtp_the_links_are_written_to_the_log_on_a_marked_line() {
+    let db = crate::helpers::TestDb::new(Backend::Sqlite).await.unwrap();
+    let server = crate::helpers::ServeProcess::start(&db.url_string(), &[]);
+    let browser = Browser::new(&server.origin);
+    let username = unique("gus");
+    let answer = sign_up(&browser, &username, &[("phone", "212.555.0187")]).await;
+    assert_eq!(answer.status, 303, "{}", answer.body);
+    let mut links = Vec::new();
+    for _ in 0..100 {
+        links = server
+            .log()
+            .lines()
+            .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+            .filter(|entry| {
+                entry["fields"]["message"]
+                    .as_str()
+                    .is_some_and(|m| m.starts_with("VERIFY-LINK "))
+            })
+            .map(|entry| entry["fields"].clone())
+            .collect();
+        if links.len() == 2 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(links.len(), 2, "{}", server.log());
+    let phone = links.iter().find(|l| l["channel"] == "phone").unwrap();
+    assert_eq!(phone["to"], "+12125550187");
+    let email = links.iter().find(|l| l["channel"] == "email").unwrap();
+    assert_eq!(email["to"], format!("{username}@example.com").as_str());
+    let token = query_of(phone["link"].as_str().unwrap())["token"].clone();
+    let page = verify(&browser, &token).await;
+    assert!(
+        page.text().contains("your address is verified"),
+        "{}",
+        page.body
+    );
+    let store = db.store().await;
+    let user = store
+        .find_user(UserKey::Username(&username))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(user.verified && user.phone_verified && !user.email_verified);
+    drop(server);
+}
