@@ -348,7 +348,8 @@ async fn a_person_signs_up_registers_an_app_allows_it_and_revokes_it_in_chromium
     assert_eq!(active["username"], username.as_str());
 
     // Revoke the app on the account page: the token is refused.
-    person.open("/account").await;
+    // The fragment scrolls the screenshot to the list of apps.
+    person.open("/account#apps").await;
     assert!(person.sees("Browser Splitter").await);
     person.look("account-apps").await;
     person
