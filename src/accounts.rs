@@ -72,3 +72,69 @@ pub async fn create(
             other => CreateAccountError::Store(other),
         })
 }
+
+/// Why a password chosen at sign-up is refused, in words to show.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("{0}")]
+pub struct WeakPassword(pub String);
+
+/// zxcvbn's estimate must reach 3 of 4 ("safely unguessable"), taking the
+/// person's own names and addresses into account as guesses.
+pub fn check_password_strength(password: &str, own_words: &[&str]) -> Result<(), WeakPassword> {
+    let estimate = zxcvbn::zxcvbn(password, own_words);
+    if estimate.score() >= zxcvbn::Score::Three {
+        return Ok(());
+    }
+    let mut advice = vec!["This password is too easy to guess.".to_owned()];
+    if let Some(feedback) = estimate.feedback() {
+        if let Some(warning) = feedback.warning() {
+            advice.push(format!("{warning}."));
+        }
+        advice.extend(feedback.suggestions().iter().map(|s| s.to_string()));
+    }
+    if advice.len() == 1 {
+        advice.push("Add more words or characters that do not belong together.".to_owned());
+    }
+    Err(WeakPassword(advice.join(" ")))
+}
+
+/// Called whenever an e-mail address or phone number of `user` has just become
+/// verified: payments waiting for that address are claimed by the account
+/// (SPEC §5). The one place that links verification to the ledger.
+#[tracing::instrument(skip_all, fields(user_id = %user.id))]
+pub async fn on_contact_verified(
+    store: &dyn Store,
+    user: &User,
+    _settings: &crate::config::Settings,
+) -> Result<(), StoreError> {
+    let claimed = crate::ledger::claim(store, user, crate::domain::now_micros()).await?;
+    tracing::info!(
+        email_verified = user.email_verified,
+        phone_verified = user.phone_verified,
+        claimed,
+        "contact verified"
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn guessable_passwords_are_refused_with_advice() {
+        for weak in ["password123", "annlee2024", "qwertyuiop", "tallytally"] {
+            let refused = check_password_strength(weak, &["annlee", "Ann", "Lee", "tally"]);
+            assert!(
+                refused
+                    .as_ref()
+                    .is_err_and(|e| e.0.starts_with("This password is too easy to guess.")),
+                "{weak}: {refused:?}"
+            );
+        }
+        assert_eq!(
+            check_password_strength("plum vessel orbit 97 quietly", &["annlee"]),
+            Ok(())
+        );
+    }
+}

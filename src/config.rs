@@ -65,6 +65,17 @@ pub struct Settings {
     pub api_rate_limit: NonZeroU32,
     /// OAuth endpoint requests a minute per client IP.
     pub oauth_rate_limit: NonZeroU32,
+    /// How verification links are sent: `None` writes them to the log.
+    pub smtp: Option<SmtpSettings>,
+}
+
+/// An SMTP server to send mail through (`TALLY_SMTP_URL`, `TALLY_MAIL_FROM`).
+#[derive(Debug, Clone)]
+pub struct SmtpSettings {
+    /// e.g. `smtps://user:password@mail.example.com` or
+    /// `smtp://mail.example.com:587?tls=required` (lettre's URL form).
+    pub url: SecretString,
+    pub from: lettre::message::Mailbox,
 }
 
 /// A setting whose value cannot be used. Displays as one line naming it.
@@ -179,6 +190,8 @@ impl Settings {
         let api_rate_limit = per_minute(&get, "TALLY_API_RATE_LIMIT", 600)?;
         let oauth_rate_limit = per_minute(&get, "TALLY_OAUTH_RATE_LIMIT", 300)?;
 
+        let smtp = smtp_settings(&get)?;
+
         Ok(Self {
             database_url,
             listen,
@@ -192,6 +205,7 @@ impl Settings {
             log_format,
             api_rate_limit,
             oauth_rate_limit,
+            smtp,
         })
     }
 
@@ -206,6 +220,49 @@ impl Settings {
             }
         }
     }
+}
+
+fn smtp_settings(
+    get: &impl Fn(&str) -> Option<String>,
+) -> Result<Option<SmtpSettings>, ConfigError> {
+    use lettre::{AsyncSmtpTransport, Tokio1Executor};
+    let bad = |setting: &'static str, problem: String| ConfigError { setting, problem };
+    let from = get("TALLY_MAIL_FROM");
+    let Some(url) = get("TALLY_SMTP_URL") else {
+        return match from {
+            Some(_) => Err(bad(
+                "TALLY_MAIL_FROM",
+                "is used only with TALLY_SMTP_URL".into(),
+            )),
+            None => Ok(None),
+        };
+    };
+    // The URL may hold a password: it is never echoed back.
+    AsyncSmtpTransport::<Tokio1Executor>::from_url(url.trim()).map_err(|_| {
+        bad(
+            "TALLY_SMTP_URL",
+            "is not an SMTP URL such as smtps://user:password@mail.example.com".into(),
+        )
+    })?;
+    let from = from.ok_or_else(|| {
+        bad(
+            "TALLY_MAIL_FROM",
+            "must be set with TALLY_SMTP_URL, e.g. 'Tally <no-reply@example.com>'".into(),
+        )
+    })?;
+    let from = from
+        .trim()
+        .parse::<lettre::message::Mailbox>()
+        .map_err(|e| {
+            bad(
+                "TALLY_MAIL_FROM",
+                format!("'{from}' is not an address such as 'Tally <no-reply@example.com>' ({e})"),
+            )
+        })?;
+    Ok(Some(SmtpSettings {
+        url: SecretString::from(url.trim().to_owned()),
+        from,
+    }))
 }
 
 fn parse_public_url(text: &str) -> Result<Url, String> {
@@ -282,6 +339,37 @@ mod tests {
         assert_eq!(s.settlement_delay, Duration::ZERO);
         assert_eq!(s.unclaimed_expiry, Duration::from_secs(30 * 86_400));
         assert_eq!(s.developer_signup, DeveloperSignup::Open);
+        assert!(s.smtp.is_none());
+        Ok(())
+    }
+
+    #[test]
+    fn smtp_needs_a_url_and_a_sender_and_never_echoes_the_password() -> Result<(), ConfigError> {
+        let s = settings(&[
+            ("TALLY_SMTP_URL", "smtp://user:pw@127.0.0.1:2525"),
+            ("TALLY_MAIL_FROM", "Tally <no-reply@example.com>"),
+        ])?;
+        let smtp = s.smtp.ok_or_else(|| ConfigError {
+            setting: "TALLY_SMTP_URL",
+            problem: "was not read".into(),
+        })?;
+        assert_eq!(smtp.from.email.to_string(), "no-reply@example.com");
+        let line = settings(&[("TALLY_SMTP_URL", "smtp://user:pw@127.0.0.1:2525")])
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(line.contains("TALLY_MAIL_FROM"), "{line}");
+        let line = settings(&[
+            ("TALLY_SMTP_URL", "ftp://user:secretpw@host"),
+            ("TALLY_MAIL_FROM", "a@example.com"),
+        ])
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+        assert!(
+            line.contains("TALLY_SMTP_URL") && !line.contains("secretpw"),
+            "{line}"
+        );
         Ok(())
     }
 
@@ -300,6 +388,8 @@ mod tests {
             ("TALLY_API_RATE_LIMIT", "0"),
             ("TALLY_OAUTH_RATE_LIMIT", "lots"),
             ("TALLY_TLS_CERT", "/nonexistent.pem"),
+            ("TALLY_SMTP_URL", "mail.example.com"),
+            ("TALLY_MAIL_FROM", "tally@example.com"),
         ] {
             let err = settings(&[(name, value)]).err();
             let line = err.map(|e| e.to_string()).unwrap_or_default();

@@ -3,8 +3,10 @@
 
 use crate::api;
 use crate::auth::password::PasswordHasher;
+use crate::auth::usage::GrantUsage;
 use crate::config::{Settings, TlsFiles};
 use crate::limits::RateLimits;
+use crate::mailer::Mailer;
 use crate::oauth::credentials;
 use crate::store::{self, Store};
 use crate::telemetry;
@@ -37,6 +39,8 @@ pub struct AppState {
     pub secret_key: SecretString,
     pub hasher: PasswordHasher,
     pub rate_limits: RateLimits,
+    pub mailer: Mailer,
+    pub grant_usage: GrantUsage,
 }
 
 /// Connects to the configured database and applies pending migrations.
@@ -97,6 +101,7 @@ impl Application {
         let cookie_key = Key::from(&Sha512::digest(secret_key.expose_secret().as_bytes()));
         let secure_cookies = public_origin.starts_with("https://");
         let workers = workers::spawn(store.clone(), (&settings).into());
+        let mailer = Mailer::from_settings(&settings)?;
         let state = web::Data::new(AppState {
             rate_limits: RateLimits::new(settings.api_rate_limit, settings.oauth_rate_limit),
             store,
@@ -104,6 +109,8 @@ impl Application {
             public_origin: public_origin.clone(),
             secret_key,
             hasher: PasswordHasher::new(hash_concurrency()),
+            mailer,
+            grant_usage: GrantUsage::default(),
         });
 
         let server = HttpServer::new(move || {

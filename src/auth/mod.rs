@@ -2,5 +2,6 @@
 
 pub mod password;
 pub mod principal;
+pub mod usage;
 
 pub use principal::Principal;

@@ -104,6 +104,7 @@ impl Principal {
                 "a refresh token is not an access token".to_owned(),
             ));
         }
+        state.grant_usage.record(&state.store, &active.grant_id);
         Ok(Self {
             user: active.user,
             scopes: active.scopes,

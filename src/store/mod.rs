@@ -4,6 +4,7 @@
 mod error;
 mod models;
 mod oauth;
+mod pages;
 mod payments;
 mod postgres;
 mod sql;
@@ -12,6 +13,7 @@ mod sqlite;
 pub use error::StoreError;
 pub use models::*;
 pub use oauth::*;
+pub use pages::*;
 pub use payments::{
     kinds, DuePayment, IdempotencyKey, InsertOutcome, Move, Payment, PaymentFilter, PaymentInsert,
     PaymentStore, Transition, TransitionOutcome, UserSearch,
@@ -36,7 +38,7 @@ pub enum UserKey<'a> {
 #[async_trait]
 /// Everything the service stores. Areas with many methods (OAuth, payments) have
 /// a trait of their own in their own file.
-pub trait Store: OAuthStore + PaymentStore + Send + Sync + 'static {
+pub trait Store: OAuthStore + PaymentStore + PagesStore + Send + Sync + 'static {
     /// Which backend this is, for logs and tests.
     fn backend(&self) -> &'static str;
 

@@ -1,4 +1,5 @@
 use super::oauth::impl_oauth_store;
+use super::pages::impl_pages_store;
 use super::payments::impl_payment_store;
 use super::sql::impl_store;
 use super::*;
@@ -56,3 +57,4 @@ type Backend = Postgres;
 impl_store!(PgStore, "postgres");
 impl_oauth_store!(PgStore);
 impl_payment_store!(PgStore);
+impl_pages_store!(PgStore);

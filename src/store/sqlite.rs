@@ -1,4 +1,5 @@
 use super::oauth::impl_oauth_store;
+use super::pages::impl_pages_store;
 use super::payments::impl_payment_store;
 use super::sql::impl_store;
 use super::*;
@@ -65,3 +66,4 @@ type Backend = Sqlite;
 impl_store!(SqliteStore, "sqlite");
 impl_oauth_store!(SqliteStore);
 impl_payment_store!(SqliteStore);
+impl_pages_store!(SqliteStore);

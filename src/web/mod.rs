@@ -2,10 +2,14 @@
 //! with askama, usable without JavaScript, every page with the security headers
 //! of SPEC §9.
 
+pub mod account;
 pub mod authorize;
 pub mod demo;
+pub mod developer;
+pub mod forms;
 pub mod session;
 pub mod signin;
+pub mod signup;
 
 use actix_web::http::header::{self, HeaderValue};
 use actix_web::http::StatusCode;
@@ -18,7 +22,39 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .route("/signin", web::get().to(signin::show))
         .route("/signin", web::post().to(signin::submit))
         .route("/signout", web::post().to(signin::sign_out))
-        .route("/account", web::get().to(signin::account))
+        .route("/signup", web::get().to(signup::show))
+        .route("/signup", web::post().to(signup::submit))
+        .route("/verify", web::get().to(signup::verify_page))
+        .route("/verify", web::post().to(signup::verify))
+        .route("/account", web::get().to(account::show))
+        .route("/account/profile", web::post().to(account::update_profile))
+        .route("/account/verification", web::post().to(signup::resend))
+        .route(
+            "/account/apps/{client_id}/revoke",
+            web::post().to(account::revoke_app),
+        )
+        .route(
+            "/account/tokens/{grant_id}/revoke",
+            web::post().to(account::revoke_token),
+        )
+        .route("/developer", web::get().to(developer::show))
+        .route("/developer/apps", web::post().to(developer::create_app))
+        .route(
+            "/developer/apps/{client_id}",
+            web::get().to(developer::show_app),
+        )
+        .route(
+            "/developer/apps/{client_id}",
+            web::post().to(developer::update_app),
+        )
+        .route(
+            "/developer/apps/{client_id}/secret",
+            web::post().to(developer::rotate_secret),
+        )
+        .route(
+            "/developer/token",
+            web::post().to(developer::personal_token),
+        )
         .route("/demo/callback", web::get().to(demo::callback));
 }
 
@@ -95,6 +131,8 @@ pub enum PageError {
     /// CSRF token or Origin refused.
     #[error("{0}")]
     Forbidden(String),
+    #[error("{0}")]
+    NotFound(String),
     #[error("too many attempts; try again in {retry_after_secs} seconds")]
     TooManyRequests { retry_after_secs: u64 },
     #[error("the service is unavailable; try again later")]
@@ -117,6 +155,7 @@ impl ResponseError for PageError {
         match self {
             Self::BadRequest(_) => StatusCode::BAD_REQUEST,
             Self::Forbidden(_) => StatusCode::FORBIDDEN,
+            Self::NotFound(_) => StatusCode::NOT_FOUND,
             Self::TooManyRequests { .. } => StatusCode::TOO_MANY_REQUESTS,
             Self::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
             Self::Unexpected(_) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -130,6 +169,7 @@ impl ResponseError for PageError {
         let title = match self {
             Self::BadRequest(_) => "This request cannot be served",
             Self::Forbidden(_) => "This form cannot be accepted",
+            Self::NotFound(_) => "Not found",
             Self::TooManyRequests { .. } => "Too many attempts",
             Self::Unavailable => "Tally is unavailable",
             Self::Unexpected(_) => "Something went wrong",

@@ -26,19 +26,17 @@ pub fn csrf_token(session: &Session) -> Result<String, PageError> {
 }
 
 /// Every POST from a page must carry the session's CSRF token and, when the
-/// browser sends an `Origin`, come from our own origin.
+/// browser says where it comes from, come from our own origin.
 pub fn check_form(
     req: &HttpRequest,
     state: &AppState,
     session: &Session,
     presented: Option<&str>,
 ) -> Result<(), PageError> {
-    if let Some(origin) = req.headers().get(actix_web::http::header::ORIGIN) {
-        if origin.to_str().unwrap_or("") != state.public_origin {
-            return Err(PageError::Forbidden(
-                "The form was sent from another site.".to_owned(),
-            ));
-        }
+    if !from_own_origin(req, &state.public_origin) {
+        return Err(PageError::Forbidden(
+            "The form was sent from another site.".to_owned(),
+        ));
     }
     let expected = session.get::<String>(CSRF).ok().flatten();
     let valid = match (expected, presented) {
@@ -54,6 +52,21 @@ pub fn check_form(
             "The form has expired or was not sent by this site. Go back, reload the page and try again."
                 .to_owned(),
         ))
+    }
+}
+
+/// Whether a form was sent by one of our own pages, as far as the browser says.
+/// Our pages send `Referrer-Policy: no-referrer`, under which browsers send
+/// `Origin: null` even for a page's own forms (Fetch, "serializing a request
+/// origin"); `Sec-Fetch-Site`, which no page can set, then tells.
+fn from_own_origin(req: &HttpRequest, public_origin: &str) -> bool {
+    let header = |name: &str| req.headers().get(name).and_then(|v| v.to_str().ok());
+    let fetch_site = header("sec-fetch-site");
+    match header("origin") {
+        Some(origin) if origin == public_origin => fetch_site != Some("cross-site"),
+        Some("null") => fetch_site == Some("same-origin"),
+        Some(_) => false,
+        None => fetch_site.is_none_or(|site| matches!(site, "same-origin" | "none")),
     }
 }
 

@@ -1,8 +1,8 @@
-//! Signing in and out, and the account page.
+//! Signing in and out.
 
 use super::session::{self, safe_return_to};
 use super::{page, see_other, PageError};
-use crate::domain::{Email, Money, Phone, Username};
+use crate::domain::{Email, Phone, Username};
 use crate::oauth::throttle::{self, Attempt};
 use crate::startup::AppState;
 use crate::store::{Store, StoreError, User, UserKey};
@@ -153,36 +153,4 @@ pub async fn sign_out(
     session::check_form(&req, &state, &session, form.csrf_token.as_deref())?;
     session::sign_out(&session);
     Ok(see_other("/signin", None))
-}
-
-#[derive(Template)]
-#[template(path = "account.html")]
-struct AccountPage {
-    csrf_token: String,
-    username: String,
-    display_name: String,
-    balance: Money,
-}
-
-pub async fn account(
-    state: web::Data<AppState>,
-    session: Session,
-) -> Result<HttpResponse, PageError> {
-    let Some(user) = session::current_user(&state, &session).await? else {
-        return Ok(see_other("/signin?return_to=%2Faccount", None));
-    };
-    let display_name = format!("{} {}", user.first_name, user.last_name)
-        .trim()
-        .to_owned();
-    let template = AccountPage {
-        csrf_token: session::csrf_token(&session)?,
-        display_name: if display_name.is_empty() {
-            user.username.clone()
-        } else {
-            display_name
-        },
-        username: user.username,
-        balance: Money::from_cents(user.balance_cents),
-    };
-    page(StatusCode::OK, &template, None)
 }

@@ -301,6 +301,11 @@ impl ServeProcess {
         }
     }
 
+    /// Everything the server has logged so far.
+    pub fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+
     /// Waits until stdout holds a line containing `needle`, and returns stdout.
     pub fn wait_for_stdout(&self, needle: &str) -> String {
         let started = std::time::Instant::now();

@@ -6,6 +6,7 @@
 mod browser;
 mod fixtures;
 mod helpers;
+mod mail_sink;
 mod oauth_fixture;
 
 mod cli;
@@ -14,6 +15,8 @@ mod config;
 mod health;
 mod oauth;
 mod openapi;
+mod pages;
 mod payments_api;
+mod real_browser;
 mod store_conformance;
 mod users_api;

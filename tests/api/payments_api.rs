@@ -14,6 +14,7 @@ on_both_backends!(
     a_pay_settles_only_after_the_settlement_delay,
     a_pay_to_a_suspended_account_fails_and_is_refunded,
     a_pay_to_an_email_is_claimed_when_an_account_verifies_it,
+    a_pay_to_an_email_is_claimed_when_its_owner_signs_up_and_follows_the_link,
     unclaimed_payments_expire_and_pays_come_back,
     charges_are_approved_denied_or_cancelled_by_the_right_party,
     cancelling_a_held_pay_refunds_the_actor,
@@ -254,6 +255,72 @@ async fn a_pay_to_an_email_is_claimed_when_an_account_verifies_it(backend: Backe
     assert_eq!(approved.ok()["payment"]["status"], "settled");
     assert_eq!(balance_cents(store, &bob.id).await, 400);
     assert_eq!(balance_cents(store, &ann.id).await, 600);
+    audit_ok(store).await;
+}
+
+async fn a_pay_to_an_email_is_claimed_when_its_owner_signs_up_and_follows_the_link(
+    backend: Backend,
+) {
+    use crate::browser::{set, Browser};
+    let sink = crate::mail_sink::MailSink::start().await;
+    let smtp = sink.url.clone();
+    let Some(app) = TestApp::spawn_with(backend, move |s| {
+        s.smtp = Some(tally::config::SmtpSettings {
+            url: smtp.into(),
+            from: "Tally <no-reply@example.com>".parse().unwrap(),
+        });
+    })
+    .await
+    else {
+        return;
+    };
+    let store = app.store.as_ref();
+    let ann = person(store, "ann", "10").await;
+    let pay = app
+        .post(
+            "/payments",
+            &ann.token,
+            json!({"email": "newcomer@example.com", "amount": "3", "note": "welcome"}),
+        )
+        .await
+        .ok()["payment"]
+        .clone();
+
+    let browser = Browser::new(&app.origin);
+    let page = browser.get("/signup").await;
+    let mut fields = page.form("/signup");
+    for (name, value) in [
+        ("username", "newcomer"),
+        ("first_name", "New"),
+        ("last_name", "Comer"),
+        ("email", "newcomer@example.com"),
+        ("phone", ""),
+        ("password", "plum vessel orbit 97 quietly"),
+        ("password_confirm", "plum vessel orbit 97 quietly"),
+    ] {
+        set(&mut fields, name, value);
+    }
+    let answer = browser.post("/signup", &fields).await;
+    assert_eq!(answer.status, 303, "{}", answer.body);
+    // Signed up but not verified: the pay still waits for the address.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let shown = app
+        .get(&format!("/payments/{}", id(&pay)), &ann.token)
+        .await;
+    assert!(shown.ok()["target"]["user"].is_null());
+
+    let token = sink.token_for("newcomer@example.com").await;
+    let page = browser.get(&format!("/verify?token={token}")).await;
+    let answer = browser.post("/verify", &page.form("/verify")).await;
+    assert_eq!(answer.status, 303, "{}", answer.body);
+    let settled = app.wait_for_status(&ann.token, &id(&pay), "settled").await;
+    assert_eq!(settled["target"]["user"]["username"], "newcomer");
+    let newcomer = store
+        .find_user(tally::store::UserKey::Username("newcomer"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(newcomer.balance_cents, 300);
     audit_ok(store).await;
 }
 

@@ -1,0 +1,410 @@
+//! Storage behind the people's pages: verification links, profiles, the apps a
+//! user authorized and their revocation, personal access tokens, and the apps a
+//! developer owns.
+
+use super::{App, AppUpdate, StoreError, User};
+use async_trait::async_trait;
+
+/// Where a verification link was sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Channel {
+    Email,
+    Phone,
+}
+
+impl Channel {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Email => "email",
+            Self::Phone => "phone",
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct NewVerification {
+    pub digest: String,
+    pub user_id: String,
+    pub channel: Channel,
+    pub address: String,
+    pub created_at: i64,
+    pub expires_at: i64,
+}
+
+/// The free-text fields of a profile, already checked.
+#[derive(Debug, Clone)]
+pub struct ProfileUpdate {
+    pub first_name: String,
+    pub last_name: String,
+    pub about: String,
+}
+
+/// One remembered consent of a user to an app (an app the user allowed with
+/// several scope sets has one per set).
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct ConsentRow {
+    pub client_id: String,
+    pub name: String,
+    pub scopes: String,
+    pub authorized_at: i64,
+    pub last_used_at: Option<i64>,
+}
+
+/// A live personal access token, by its grant.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct PersonalToken {
+    pub grant_id: String,
+    pub scopes: String,
+    pub created_at: i64,
+    pub last_used_at: Option<i64>,
+    pub expires_at: i64,
+}
+
+#[async_trait]
+pub trait PagesStore: Send + Sync {
+    async fn insert_verification(&self, link: &NewVerification) -> Result<(), StoreError>;
+    /// Spends a verification link at `now` and marks its address and the account
+    /// verified, in one transaction. `None` when the link is unknown, spent,
+    /// expired, or its address is no longer the account's.
+    async fn use_verification(&self, digest: &str, now: i64) -> Result<Option<User>, StoreError>;
+
+    async fn update_profile(
+        &self,
+        user_id: &str,
+        profile: &ProfileUpdate,
+    ) -> Result<Option<User>, StoreError>;
+
+    /// The user's remembered consents with their apps, newest first.
+    async fn consents_of_user(&self, user_id: &str) -> Result<Vec<ConsentRow>, StoreError>;
+    /// Forgets the user's consents to the app and revokes every grant (and so
+    /// every token) the app holds for the user. Returns whether there was any.
+    async fn revoke_app_for_user(
+        &self,
+        user_id: &str,
+        client_id: &str,
+        now: i64,
+    ) -> Result<bool, StoreError>;
+
+    async fn personal_tokens(
+        &self,
+        user_id: &str,
+        now: i64,
+    ) -> Result<Vec<PersonalToken>, StoreError>;
+    /// Revokes one of the user's personal access tokens; whether it was live.
+    async fn revoke_personal_token(
+        &self,
+        user_id: &str,
+        grant_id: &str,
+        now: i64,
+    ) -> Result<bool, StoreError>;
+
+    /// Records that a grant was used, unless it was recorded after `stale_before`.
+    async fn touch_grant(
+        &self,
+        grant_id: &str,
+        now: i64,
+        stale_before: i64,
+    ) -> Result<(), StoreError>;
+
+    async fn apps_of_owner(&self, owner_id: &str) -> Result<Vec<App>, StoreError>;
+    /// Changes an app's details if `owner_id` owns it.
+    async fn update_own_app(
+        &self,
+        owner_id: &str,
+        client_id: &str,
+        update: &AppUpdate,
+    ) -> Result<Option<App>, StoreError>;
+    /// Replaces an app's secret digest if `owner_id` owns it; whether it did.
+    async fn replace_app_secret(
+        &self,
+        owner_id: &str,
+        client_id: &str,
+        digest: &str,
+    ) -> Result<bool, StoreError>;
+}
+
+macro_rules! impl_pages_store {
+    ($store:ty) => {
+        #[async_trait::async_trait]
+        impl $crate::store::PagesStore for $store {
+            #[tracing::instrument(skip_all, fields(channel = link.channel.as_str()))]
+            async fn insert_verification(
+                &self,
+                link: &$crate::store::NewVerification,
+            ) -> Result<(), StoreError> {
+                let mut tx = self.write().await?;
+                sqlx::query(
+                    "INSERT INTO verification_tokens \
+                     (digest, user_id, channel, address, created_at, expires_at) \
+                     VALUES ($1, $2, $3, $4, $5, $6)",
+                )
+                .bind(&link.digest)
+                .bind(&link.user_id)
+                .bind(link.channel.as_str())
+                .bind(&link.address)
+                .bind(link.created_at)
+                .bind(link.expires_at)
+                .execute(&mut *tx)
+                .await?;
+                tx.commit().await?;
+                Ok(())
+            }
+
+            #[tracing::instrument(skip_all)]
+            async fn use_verification(
+                &self,
+                digest: &str,
+                now: i64,
+            ) -> Result<Option<User>, StoreError> {
+                let mut tx = self.write().await?;
+                let spent: Option<(String, String, String)> = sqlx::query_as(
+                    "UPDATE verification_tokens SET used_at = $2 \
+                     WHERE digest = $1 AND used_at IS NULL AND expires_at > $2 \
+                     RETURNING user_id, channel, address",
+                )
+                .bind(digest)
+                .bind(now)
+                .fetch_optional(&mut *tx)
+                .await?;
+                let user = match spent {
+                    None => None,
+                    Some((user_id, channel, address)) => {
+                        let sql = format!(
+                            "UPDATE users SET verified = TRUE, \
+                               email_verified = (email_verified OR ($2 = 'email' AND email = $3)), \
+                               phone_verified = (phone_verified OR ($2 = 'phone' AND phone = $3)) \
+                             WHERE id = $1 AND (($2 = 'email' AND email = $3) \
+                                             OR ($2 = 'phone' AND phone = $3)) \
+                             RETURNING {}",
+                            $crate::store::sql::USER_COLUMNS
+                        );
+                        sqlx::query_as::<_, User>(&sql)
+                            .bind(&user_id)
+                            .bind(&channel)
+                            .bind(&address)
+                            .fetch_optional(&mut *tx)
+                            .await?
+                    }
+                };
+                tx.commit().await?;
+                Ok(user)
+            }
+
+            #[tracing::instrument(skip_all)]
+            async fn update_profile(
+                &self,
+                user_id: &str,
+                profile: &$crate::store::ProfileUpdate,
+            ) -> Result<Option<User>, StoreError> {
+                let sql = format!(
+                    "UPDATE users SET first_name = $2, last_name = $3, about = $4 \
+                     WHERE id = $1 RETURNING {}",
+                    $crate::store::sql::USER_COLUMNS
+                );
+                let mut tx = self.write().await?;
+                let user = sqlx::query_as::<_, User>(&sql)
+                    .bind(user_id)
+                    .bind(&profile.first_name)
+                    .bind(&profile.last_name)
+                    .bind(&profile.about)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+                tx.commit().await?;
+                Ok(user)
+            }
+
+            #[tracing::instrument(skip_all)]
+            async fn consents_of_user(
+                &self,
+                user_id: &str,
+            ) -> Result<Vec<$crate::store::ConsentRow>, StoreError> {
+                Ok(sqlx::query_as::<_, $crate::store::ConsentRow>(
+                    "SELECT a.client_id, a.name, c.scopes, c.created_at AS authorized_at, \
+                     (SELECT MAX(g.last_used_at) FROM oauth_grants g \
+                      WHERE g.user_id = c.user_id AND g.client_id = c.client_id) AS last_used_at \
+                     FROM oauth_consents c JOIN apps a ON a.client_id = c.client_id \
+                     WHERE c.user_id = $1 ORDER BY c.created_at DESC, a.client_id",
+                )
+                .bind(user_id)
+                .fetch_all(self.reader())
+                .await?)
+            }
+
+            #[tracing::instrument(skip_all)]
+            async fn revoke_app_for_user(
+                &self,
+                user_id: &str,
+                client_id: &str,
+                now: i64,
+            ) -> Result<bool, StoreError> {
+                let mut tx = self.write().await?;
+                let consents =
+                    sqlx::query("DELETE FROM oauth_consents WHERE user_id = $1 AND client_id = $2")
+                        .bind(user_id)
+                        .bind(client_id)
+                        .execute(&mut *tx)
+                        .await?
+                        .rows_affected();
+                sqlx::query(
+                    "UPDATE oauth_tokens SET revoked_at = $3 WHERE revoked_at IS NULL \
+                     AND grant_id IN (SELECT id FROM oauth_grants \
+                                      WHERE user_id = $1 AND client_id = $2)",
+                )
+                .bind(user_id)
+                .bind(client_id)
+                .bind(now)
+                .execute(&mut *tx)
+                .await?;
+                let grants = sqlx::query(
+                    "UPDATE oauth_grants SET revoked_at = $3 \
+                     WHERE user_id = $1 AND client_id = $2 AND revoked_at IS NULL",
+                )
+                .bind(user_id)
+                .bind(client_id)
+                .bind(now)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+                tx.commit().await?;
+                Ok(consents + grants > 0)
+            }
+
+            #[tracing::instrument(skip_all)]
+            async fn personal_tokens(
+                &self,
+                user_id: &str,
+                now: i64,
+            ) -> Result<Vec<$crate::store::PersonalToken>, StoreError> {
+                Ok(sqlx::query_as::<_, $crate::store::PersonalToken>(
+                    "SELECT g.id AS grant_id, g.scopes, g.created_at, g.last_used_at, \
+                     MAX(t.expires_at) AS expires_at \
+                     FROM oauth_grants g JOIN oauth_tokens t ON t.grant_id = g.id \
+                     WHERE g.user_id = $1 AND g.client_id IS NULL AND g.revoked_at IS NULL \
+                     AND t.revoked_at IS NULL AND t.expires_at > $2 \
+                     GROUP BY g.id, g.scopes, g.created_at, g.last_used_at \
+                     ORDER BY g.created_at DESC, g.id",
+                )
+                .bind(user_id)
+                .bind(now)
+                .fetch_all(self.reader())
+                .await?)
+            }
+
+            #[tracing::instrument(skip_all)]
+            async fn revoke_personal_token(
+                &self,
+                user_id: &str,
+                grant_id: &str,
+                now: i64,
+            ) -> Result<bool, StoreError> {
+                let mut tx = self.write().await?;
+                let found = sqlx::query(
+                    "UPDATE oauth_grants SET revoked_at = $3 WHERE id = $1 AND user_id = $2 \
+                     AND client_id IS NULL AND revoked_at IS NULL",
+                )
+                .bind(grant_id)
+                .bind(user_id)
+                .bind(now)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected()
+                    > 0;
+                if found {
+                    sqlx::query(
+                        "UPDATE oauth_tokens SET revoked_at = $2 \
+                         WHERE grant_id = $1 AND revoked_at IS NULL",
+                    )
+                    .bind(grant_id)
+                    .bind(now)
+                    .execute(&mut *tx)
+                    .await?;
+                }
+                tx.commit().await?;
+                Ok(found)
+            }
+
+            #[tracing::instrument(skip_all)]
+            async fn touch_grant(
+                &self,
+                grant_id: &str,
+                now: i64,
+                stale_before: i64,
+            ) -> Result<(), StoreError> {
+                let mut tx = self.write().await?;
+                sqlx::query(
+                    "UPDATE oauth_grants SET last_used_at = $2 \
+                     WHERE id = $1 AND (last_used_at IS NULL OR last_used_at < $3)",
+                )
+                .bind(grant_id)
+                .bind(now)
+                .bind(stale_before)
+                .execute(&mut *tx)
+                .await?;
+                tx.commit().await?;
+                Ok(())
+            }
+
+            #[tracing::instrument(skip_all)]
+            async fn apps_of_owner(&self, owner_id: &str) -> Result<Vec<App>, StoreError> {
+                let sql = format!(
+                    "SELECT {} FROM apps WHERE owner_id = $1 ORDER BY created_at, client_id",
+                    $crate::store::sql::APP_COLUMNS
+                );
+                Ok(sqlx::query_as::<_, App>(&sql)
+                    .bind(owner_id)
+                    .fetch_all(self.reader())
+                    .await?)
+            }
+
+            #[tracing::instrument(skip_all)]
+            async fn update_own_app(
+                &self,
+                owner_id: &str,
+                client_id: &str,
+                update: &$crate::store::AppUpdate,
+            ) -> Result<Option<App>, StoreError> {
+                let sql = format!(
+                    "UPDATE apps SET name = $3, description = $4, redirect_url = $5, \
+                     site_url = $6 WHERE client_id = $1 AND owner_id = $2 RETURNING {}",
+                    $crate::store::sql::APP_COLUMNS
+                );
+                let mut tx = self.write().await?;
+                let app = sqlx::query_as::<_, App>(&sql)
+                    .bind(client_id)
+                    .bind(owner_id)
+                    .bind(&update.name)
+                    .bind(&update.description)
+                    .bind(&update.redirect_url)
+                    .bind(&update.site_url)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+                tx.commit().await?;
+                Ok(app)
+            }
+
+            #[tracing::instrument(skip_all)]
+            async fn replace_app_secret(
+                &self,
+                owner_id: &str,
+                client_id: &str,
+                digest: &str,
+            ) -> Result<bool, StoreError> {
+                let mut tx = self.write().await?;
+                let done = sqlx::query(
+                    "UPDATE apps SET secret_digest = $3 WHERE client_id = $1 AND owner_id = $2",
+                )
+                .bind(client_id)
+                .bind(owner_id)
+                .bind(digest)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected()
+                    > 0;
+                tx.commit().await?;
+                Ok(done)
+            }
+        }
+    };
+}
+
+pub(crate) use impl_pages_store;

@@ -1,0 +1,87 @@
+//! Verifying an account's e-mail address or phone number with a link that works
+//! once, for a day. The link's token is a credential like any other: 256 random
+//! bits behind a prefix, stored only as a SHA-256 digest.
+
+use crate::accounts;
+use crate::config::Settings;
+use crate::domain::now_micros;
+use crate::mailer::Mailer;
+use crate::oauth::credentials;
+use crate::store::{Channel, NewVerification, Store, StoreError, User};
+use std::time::Duration;
+
+pub const LINK_TTL: Duration = Duration::from_secs(24 * 3600);
+const PREFIX: &str = "tly_verify_";
+
+/// The addresses of `user` that still wait to be verified.
+pub fn unverified_contacts(user: &User) -> Vec<(Channel, String)> {
+    let mut contacts = Vec::new();
+    if let Some(email) = user.email.as_ref().filter(|_| !user.email_verified) {
+        contacts.push((Channel::Email, email.clone()));
+    }
+    if let Some(phone) = user.phone.as_ref().filter(|_| !user.phone_verified) {
+        contacts.push((Channel::Phone, phone.clone()));
+    }
+    contacts
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SendError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("the link could not be sent")]
+    Delivery(#[source] anyhow::Error),
+}
+
+/// Sends a fresh link to every unverified address of `user`; returns how many.
+#[tracing::instrument(skip_all, fields(user_id = %user.id))]
+pub async fn send_links(
+    store: &dyn Store,
+    mailer: &Mailer,
+    public_origin: &str,
+    user: &User,
+) -> Result<usize, SendError> {
+    let contacts = unverified_contacts(user);
+    for (channel, address) in &contacts {
+        let token = format!("{PREFIX}{}", credentials::random_hex(32));
+        let now = now_micros();
+        store
+            .insert_verification(&NewVerification {
+                digest: credentials::digest(&token),
+                user_id: user.id.clone(),
+                channel: *channel,
+                address: address.clone(),
+                created_at: now,
+                expires_at: now.saturating_add(crate::oauth::tokens::micros(LINK_TTL)),
+            })
+            .await?;
+        let link = format!("{public_origin}/verify?token={token}");
+        mailer
+            .send_verification(*channel, address, &user.username, &link)
+            .await
+            .map_err(SendError::Delivery)?;
+    }
+    Ok(contacts.len())
+}
+
+/// Spends a link. `Some(user)` when it verified an address: payments waiting
+/// for that address are then claimed by the account.
+#[tracing::instrument(skip_all)]
+pub async fn verify(
+    store: &dyn Store,
+    settings: &Settings,
+    token: &str,
+) -> Result<Option<User>, StoreError> {
+    let token = token.trim();
+    if !token.starts_with(PREFIX) {
+        return Ok(None);
+    }
+    let Some(user) = store
+        .use_verification(&credentials::digest(token), now_micros())
+        .await?
+    else {
+        return Ok(None);
+    };
+    accounts::on_contact_verified(store, &user, settings).await?;
+    Ok(Some(user))
+}

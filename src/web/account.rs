@@ -1,0 +1,286 @@
+//! The account page: profile, verification, the apps the user authorized and
+//! the personal access tokens, each revocable.
+
+use super::forms::{self, sentence, FormState};
+use super::{page, see_other, session, PageError};
+use crate::accounts;
+use crate::domain::{now_micros, Money};
+use crate::startup::AppState;
+use crate::store::{ConsentRow, ProfileUpdate, User};
+use actix_session::Session;
+use actix_web::http::StatusCode;
+use actix_web::{web, HttpRequest, HttpResponse};
+use askama::Template;
+use serde::Deserialize;
+
+const PROFILE_FORM: &str = "profile";
+
+/// A moment as people read it: `2026-11-21 14:03 UTC`.
+pub fn when(micros: i64) -> String {
+    chrono::DateTime::<chrono::Utc>::from_timestamp_micros(micros)
+        .map(|t| t.format("%Y-%m-%d %H:%M UTC").to_string())
+        .unwrap_or_default()
+}
+
+/// The signed-in user, or the 303 to the sign-in page that comes back to `here`.
+pub async fn signed_in(
+    state: &AppState,
+    session: &Session,
+    here: &str,
+) -> Result<Result<User, HttpResponse>, PageError> {
+    match session::current_user(state, session).await? {
+        Some(user) => Ok(Ok(user)),
+        None => {
+            let query = url::form_urlencoded::Serializer::new(String::new())
+                .append_pair("return_to", here)
+                .finish();
+            Ok(Err(see_other(&format!("/signin?{query}"), None)))
+        }
+    }
+}
+
+pub struct Contact {
+    pub kind: &'static str,
+    pub address: String,
+    pub verified: bool,
+}
+
+pub struct AuthorizedApp {
+    pub client_id: String,
+    pub name: String,
+    pub scopes: Vec<String>,
+    pub authorized_at: String,
+    pub last_used: String,
+}
+
+/// One entry per app: an app allowed with several scope sets shows them all.
+fn authorized_apps(rows: Vec<ConsentRow>) -> Vec<AuthorizedApp> {
+    let mut apps: Vec<AuthorizedApp> = Vec::new();
+    for row in rows {
+        let scopes = row.scopes.split(' ').filter(|s| !s.is_empty());
+        if let Some(app) = apps.iter_mut().find(|a| a.client_id == row.client_id) {
+            for scope in scopes {
+                if !app.scopes.iter().any(|s| s == scope) {
+                    app.scopes.push(scope.to_owned());
+                }
+            }
+            continue;
+        }
+        apps.push(AuthorizedApp {
+            client_id: row.client_id,
+            name: row.name,
+            scopes: scopes.map(str::to_owned).collect(),
+            authorized_at: when(row.authorized_at),
+            last_used: row.last_used_at.map_or_else(|| "never".to_owned(), when),
+        });
+    }
+    apps
+}
+
+pub struct TokenRow {
+    pub grant_id: String,
+    pub scopes: String,
+    pub created: String,
+    pub expires: String,
+    pub last_used: String,
+}
+
+#[derive(Template)]
+#[template(path = "account.html")]
+struct AccountPage {
+    csrf_token: String,
+    username: String,
+    display_name: String,
+    balance: Money,
+    verified: bool,
+    notice: Option<String>,
+    contacts: Vec<Contact>,
+    form: FormState,
+    apps: Vec<AuthorizedApp>,
+    tokens: Vec<TokenRow>,
+}
+
+pub async fn show(state: web::Data<AppState>, session: Session) -> Result<HttpResponse, PageError> {
+    let user = match signed_in(&state, &session, "/account").await? {
+        Ok(user) => user,
+        Err(redirect) => return Ok(redirect),
+    };
+    let store = state.store.as_ref();
+    let apps = authorized_apps(store.consents_of_user(&user.id).await?);
+    let tokens = store
+        .personal_tokens(&user.id, now_micros())
+        .await?
+        .into_iter()
+        .map(|t| TokenRow {
+            grant_id: t.grant_id,
+            scopes: t.scopes.replace(' ', ", "),
+            created: when(t.created_at),
+            expires: when(t.expires_at),
+            last_used: t.last_used_at.map_or_else(|| "never".to_owned(), when),
+        })
+        .collect();
+    let mut contacts = Vec::new();
+    if let Some(email) = &user.email {
+        contacts.push(Contact {
+            kind: "E-mail",
+            address: email.clone(),
+            verified: user.email_verified,
+        });
+    }
+    if let Some(phone) = &user.phone {
+        contacts.push(Contact {
+            kind: "Phone",
+            address: phone.clone(),
+            verified: user.phone_verified,
+        });
+    }
+    let display_name = format!("{} {}", user.first_name, user.last_name)
+        .trim()
+        .to_owned();
+    let form = forms::take(&session, PROFILE_FORM).unwrap_or_else(|| {
+        FormState::with_values(&[
+            ("first_name", &user.first_name),
+            ("last_name", &user.last_name),
+            ("about", &user.about),
+        ])
+    });
+    let template = AccountPage {
+        csrf_token: session::csrf_token(&session)?,
+        display_name: if display_name.is_empty() {
+            user.username.clone()
+        } else {
+            display_name
+        },
+        balance: Money::from_cents(user.balance_cents),
+        verified: user.verified,
+        notice: session::take_flash(&session),
+        contacts,
+        form,
+        apps,
+        tokens,
+        username: user.username,
+    };
+    page(StatusCode::OK, &template, None)
+}
+
+#[derive(Deserialize)]
+pub struct ProfileForm {
+    csrf_token: Option<String>,
+    #[serde(default)]
+    first_name: String,
+    #[serde(default)]
+    last_name: String,
+    #[serde(default)]
+    about: String,
+}
+
+pub async fn update_profile(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    session: Session,
+    form: web::Form<ProfileForm>,
+) -> Result<HttpResponse, PageError> {
+    session::check_form(&req, &state, &session, form.csrf_token.as_deref())?;
+    let user = match signed_in(&state, &session, "/account").await? {
+        Ok(user) => user,
+        Err(redirect) => return Ok(redirect),
+    };
+    let mut refused = FormState::with_values(&[
+        ("first_name", &form.first_name),
+        ("last_name", &form.last_name),
+        ("about", &form.about),
+    ]);
+    let first_name = accounts::profile_text("first name", Some(&form.first_name), 50)
+        .map_err(|e| refused.error("first_name", sentence(&e.to_string())))
+        .ok();
+    let last_name = accounts::profile_text("last name", Some(&form.last_name), 50)
+        .map_err(|e| refused.error("last_name", sentence(&e.to_string())))
+        .ok();
+    let about = accounts::profile_text("about", Some(&form.about), 500)
+        .map_err(|e| refused.error("about", sentence(&e.to_string())))
+        .ok();
+    let (Some(first_name), Some(last_name), Some(about)) = (first_name, last_name, about) else {
+        forms::stash(&session, PROFILE_FORM, &refused);
+        return Ok(see_other("/account#profile", None));
+    };
+    state
+        .store
+        .update_profile(
+            &user.id,
+            &ProfileUpdate {
+                first_name,
+                last_name,
+                about,
+            },
+        )
+        .await?;
+    session::flash(&session, "Your profile is saved.");
+    Ok(see_other("/account", None))
+}
+
+#[derive(Deserialize)]
+pub struct CsrfForm {
+    csrf_token: Option<String>,
+}
+
+/// Ends an app's access: its consents are forgotten and every token it holds
+/// for this user stops working.
+pub async fn revoke_app(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    session: Session,
+    path: web::Path<String>,
+    form: web::Form<CsrfForm>,
+) -> Result<HttpResponse, PageError> {
+    session::check_form(&req, &state, &session, form.csrf_token.as_deref())?;
+    let user = match signed_in(&state, &session, "/account").await? {
+        Ok(user) => user,
+        Err(redirect) => return Ok(redirect),
+    };
+    let client_id = path.into_inner();
+    let name = state
+        .store
+        .find_app(&client_id)
+        .await?
+        .map_or_else(|| "The app".to_owned(), |a| a.name);
+    let revoked = state
+        .store
+        .revoke_app_for_user(&user.id, &client_id, now_micros())
+        .await?;
+    session::flash(
+        &session,
+        &if revoked {
+            format!("{name} can no longer use your account.")
+        } else {
+            format!("{name} had no access to your account.")
+        },
+    );
+    Ok(see_other("/account#apps", None))
+}
+
+pub async fn revoke_token(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    session: Session,
+    path: web::Path<String>,
+    form: web::Form<CsrfForm>,
+) -> Result<HttpResponse, PageError> {
+    session::check_form(&req, &state, &session, form.csrf_token.as_deref())?;
+    let user = match signed_in(&state, &session, "/account").await? {
+        Ok(user) => user,
+        Err(redirect) => return Ok(redirect),
+    };
+    let revoked = state
+        .store
+        .revoke_personal_token(&user.id, &path.into_inner(), now_micros())
+        .await?;
+    session::flash(
+        &session,
+        if revoked {
+            "The personal access token is revoked."
+        } else {
+            "That token was already revoked or has expired."
+        },
+    );
+    Ok(see_other("/account#tokens", None))
+}

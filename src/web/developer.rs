@@ -1,0 +1,394 @@
+//! The Developer tab: a verified user's apps (create, edit, rotate the secret)
+//! and personal access tokens for the user's own account.
+
+use super::account::{signed_in, when};
+use super::forms::{self, OnceSecret};
+use super::{page, see_other, session, PageError};
+use crate::config::DeveloperSignup;
+use crate::domain::{Scope, ScopeSet};
+use crate::oauth::clients::{self, AppDetails, AppDetailsError};
+use crate::oauth::credentials::{self, CredentialKind};
+use crate::oauth::tokens;
+use crate::startup::AppState;
+use crate::store::{App, AppUpdate, User};
+use actix_session::Session;
+use actix_web::http::StatusCode;
+use actix_web::{web, HttpRequest, HttpResponse};
+use askama::Template;
+use secrecy::ExposeSecret;
+use serde::Deserialize;
+
+const NEW_APP_FORM: &str = "new_app";
+const EDIT_APP_FORM: &str = "edit_app";
+/// Whose secret a personal access token is, for `forms::take_secret`.
+const PERSONAL_TOKEN: &str = "personal-token";
+
+/// SPEC §6: what a personal access token may do.
+pub const PERSONAL_SCOPES: [Scope; 6] = [
+    Scope::MakePayments,
+    Scope::AccessProfile,
+    Scope::AccessBalance,
+    Scope::AccessEmail,
+    Scope::AccessPhone,
+    Scope::AccessFriends,
+];
+
+fn not_verified() -> PageError {
+    PageError::Forbidden(
+        "Only verified accounts can use the Developer tab. Open the link we sent you first."
+            .to_owned(),
+    )
+}
+
+/// The signed-in, verified user, or the answer to give instead.
+async fn developer(
+    state: &AppState,
+    session: &Session,
+    here: &str,
+) -> Result<Result<User, HttpResponse>, PageError> {
+    match signed_in(state, session, here).await? {
+        Ok(user) if !user.verified => Err(not_verified()),
+        other => Ok(other),
+    }
+}
+
+pub struct AppRow {
+    pub client_id: String,
+    pub name: String,
+    pub redirect_url: String,
+    pub created: String,
+    pub suspended: bool,
+}
+
+#[derive(Template)]
+#[template(path = "developer.html")]
+struct DeveloperPage {
+    csrf_token: String,
+    username: String,
+    verified: bool,
+    accepts_new_apps: bool,
+    notice: Option<String>,
+    apps: Vec<AppRow>,
+    form: forms::FormState,
+    personal_token: Option<OnceSecret>,
+    personal_scopes: Vec<(&'static str, &'static str)>,
+    public_origin: String,
+}
+
+pub async fn show(state: web::Data<AppState>, session: Session) -> Result<HttpResponse, PageError> {
+    let user = match signed_in(&state, &session, "/developer").await? {
+        Ok(user) => user,
+        Err(redirect) => return Ok(redirect),
+    };
+    let apps = if user.verified {
+        state.store.apps_of_owner(&user.id).await?
+    } else {
+        Vec::new()
+    };
+    let template = DeveloperPage {
+        csrf_token: session::csrf_token(&session)?,
+        verified: user.verified,
+        accepts_new_apps: state.settings.developer_signup == DeveloperSignup::Open,
+        notice: session::take_flash(&session),
+        apps: apps
+            .into_iter()
+            .map(|a| AppRow {
+                created: when(a.created_at),
+                redirect_url: a.redirect_url.unwrap_or_default(),
+                client_id: a.client_id,
+                name: a.name,
+                suspended: a.suspended,
+            })
+            .collect(),
+        form: forms::take(&session, NEW_APP_FORM).unwrap_or_default(),
+        personal_token: forms::take_secret(&session, PERSONAL_TOKEN),
+        personal_scopes: PERSONAL_SCOPES
+            .iter()
+            .map(|s| (s.as_str(), s.description()))
+            .collect(),
+        public_origin: state.public_origin.clone(),
+        username: user.username,
+    };
+    page(StatusCode::OK, &template, None)
+}
+
+#[derive(Deserialize)]
+pub struct AppForm {
+    csrf_token: Option<String>,
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    description: String,
+    #[serde(default)]
+    redirect_url: String,
+    #[serde(default)]
+    site_url: String,
+}
+
+/// The form's details, or the form with a clear message on every refused field
+/// (each refused field is set aside and the rest checked again).
+fn parse_app(form: &AppForm) -> Result<AppDetails, forms::FormState> {
+    let mut state = forms::FormState::with_values(&[
+        ("name", &form.name),
+        ("description", &form.description),
+        ("redirect_url", &form.redirect_url),
+        ("site_url", &form.site_url),
+    ]);
+    let mut fields = [
+        form.name.clone(),
+        form.description.clone(),
+        form.redirect_url.clone(),
+        form.site_url.clone(),
+    ];
+    for _ in 0..fields.len() {
+        let parsed = AppDetails::parse(&fields[0], Some(&fields[1]), &fields[2], Some(&fields[3]));
+        let error = match parsed {
+            Ok(details) if !state.has_errors() => return Ok(details),
+            Ok(_) => return Err(state),
+            Err(error) => error,
+        };
+        let (index, field, placeholder, message) = match &error {
+            AppDetailsError::Name => (
+                0,
+                "name",
+                "app",
+                "App Name must be 1 to 100 characters long.".to_owned(),
+            ),
+            AppDetailsError::Description => (
+                1,
+                "description",
+                "",
+                "App Description must be at most 500 characters long.".to_owned(),
+            ),
+            AppDetailsError::RedirectUrl(e) => (
+                2,
+                "redirect_url",
+                "https://app.example.com/",
+                format!(
+                    "Web Redirect URL: {e}. Give the full address your app receives people at, such as https://app.example.com/callback."
+                ),
+            ),
+            AppDetailsError::SiteUrl => (
+                3,
+                "site_url",
+                "",
+                "Site URL must be a host such as app.example.com or an http(s) address, at most 200 characters.".to_owned(),
+            ),
+        };
+        state.error(field, message);
+        fields[index] = placeholder.to_owned();
+    }
+    Err(state)
+}
+
+pub async fn create_app(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    session: Session,
+    form: web::Form<AppForm>,
+) -> Result<HttpResponse, PageError> {
+    session::check_form(&req, &state, &session, form.csrf_token.as_deref())?;
+    let user = match developer(&state, &session, "/developer").await? {
+        Ok(user) => user,
+        Err(redirect) => return Ok(redirect),
+    };
+    if state.settings.developer_signup == DeveloperSignup::Closed {
+        return Err(PageError::Forbidden(
+            "Tally accepts no new apps at the moment. Apps that exist keep working.".to_owned(),
+        ));
+    }
+    let details = match parse_app(&form) {
+        Ok(details) => details,
+        Err(refused) => {
+            forms::stash(&session, NEW_APP_FORM, &refused);
+            return Ok(see_other("/developer#new-app", None));
+        }
+    };
+    let (app, secret) = clients::register(state.store.as_ref(), &user.id, &details).await?;
+    forms::show_once(
+        &session,
+        &OnceSecret {
+            label: "client secret".to_owned(),
+            value: secret.expose().to_owned(),
+            owner: app.client_id.clone(),
+        },
+    );
+    session::flash(&session, &format!("{} is registered.", app.name));
+    Ok(see_other(&app_path(&app.client_id), None))
+}
+
+fn app_path(client_id: &str) -> String {
+    format!("/developer/apps/{client_id}")
+}
+
+/// The user's own app, or a 404 page: another person's app looks like none.
+async fn own_app(state: &AppState, user: &User, client_id: &str) -> Result<App, PageError> {
+    match state.store.find_app(client_id).await? {
+        Some(app) if app.owner_id == user.id => Ok(app),
+        _ => Err(PageError::NotFound(
+            "There is no such app among yours.".to_owned(),
+        )),
+    }
+}
+
+#[derive(Template)]
+#[template(path = "developer_app.html")]
+struct AppPage {
+    csrf_token: String,
+    username: String,
+    notice: Option<String>,
+    app: App,
+    created: String,
+    secret: Option<OnceSecret>,
+    form: forms::FormState,
+    authorize_example: String,
+}
+
+pub async fn show_app(
+    state: web::Data<AppState>,
+    session: Session,
+    path: web::Path<String>,
+) -> Result<HttpResponse, PageError> {
+    let client_id = path.into_inner();
+    let user = match developer(&state, &session, &app_path(&client_id)).await? {
+        Ok(user) => user,
+        Err(redirect) => return Ok(redirect),
+    };
+    let app = own_app(&state, &user, &client_id).await?;
+    let form = forms::take(&session, EDIT_APP_FORM).unwrap_or_else(|| {
+        forms::FormState::with_values(&[
+            ("name", app.name.as_str()),
+            ("description", app.description.as_str()),
+            ("redirect_url", app.redirect_url.as_deref().unwrap_or("")),
+            ("site_url", app.site_url.as_deref().unwrap_or("")),
+        ])
+    });
+    let authorize_example = format!(
+        "{}/v1/oauth/authorize?{}",
+        state.public_origin,
+        url::form_urlencoded::Serializer::new(String::new())
+            .append_pair("client_id", &app.client_id)
+            .append_pair("scope", "access_profile")
+            .append_pair("response_type", "code")
+            .finish()
+    );
+    let template = AppPage {
+        csrf_token: session::csrf_token(&session)?,
+        username: user.username,
+        notice: session::take_flash(&session),
+        created: when(app.created_at),
+        secret: forms::take_secret(&session, &app.client_id),
+        form,
+        authorize_example,
+        app,
+    };
+    page(StatusCode::OK, &template, None)
+}
+
+pub async fn update_app(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    session: Session,
+    path: web::Path<String>,
+    form: web::Form<AppForm>,
+) -> Result<HttpResponse, PageError> {
+    session::check_form(&req, &state, &session, form.csrf_token.as_deref())?;
+    let client_id = path.into_inner();
+    let user = match developer(&state, &session, &app_path(&client_id)).await? {
+        Ok(user) => user,
+        Err(redirect) => return Ok(redirect),
+    };
+    let details = match parse_app(&form) {
+        Ok(details) => details,
+        Err(refused) => {
+            forms::stash(&session, EDIT_APP_FORM, &refused);
+            return Ok(see_other(&format!("{}#edit", app_path(&client_id)), None));
+        }
+    };
+    let updated = state
+        .store
+        .update_own_app(
+            &user.id,
+            &client_id,
+            &AppUpdate {
+                name: details.name,
+                description: details.description,
+                redirect_url: Some(details.redirect_url.to_string()),
+                site_url: details.site_url,
+            },
+        )
+        .await?
+        .ok_or_else(|| PageError::NotFound("There is no such app among yours.".to_owned()))?;
+    session::flash(&session, &format!("{} is saved.", updated.name));
+    Ok(see_other(&app_path(&client_id), None))
+}
+
+#[derive(Deserialize)]
+pub struct CsrfForm {
+    csrf_token: Option<String>,
+}
+
+/// A new client secret, shown once; the old one stops working at once.
+pub async fn rotate_secret(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    session: Session,
+    path: web::Path<String>,
+    form: web::Form<CsrfForm>,
+) -> Result<HttpResponse, PageError> {
+    session::check_form(&req, &state, &session, form.csrf_token.as_deref())?;
+    let client_id = path.into_inner();
+    let user = match developer(&state, &session, &app_path(&client_id)).await? {
+        Ok(user) => user,
+        Err(redirect) => return Ok(redirect),
+    };
+    let secret = credentials::generate(CredentialKind::ClientSecret);
+    let replaced = state
+        .store
+        .replace_app_secret(&user.id, &client_id, &secret.digest)
+        .await?;
+    if !replaced {
+        return Err(PageError::NotFound(
+            "There is no such app among yours.".to_owned(),
+        ));
+    }
+    forms::show_once(
+        &session,
+        &OnceSecret {
+            label: "new client secret".to_owned(),
+            value: secret.expose().to_owned(),
+            owner: client_id.clone(),
+        },
+    );
+    session::flash(
+        &session,
+        "The client secret is replaced; the old one no longer works.",
+    );
+    Ok(see_other(&app_path(&client_id), None))
+}
+
+/// A personal access token for one's own account (SPEC §8), shown once.
+pub async fn personal_token(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    session: Session,
+    form: web::Form<CsrfForm>,
+) -> Result<HttpResponse, PageError> {
+    session::check_form(&req, &state, &session, form.csrf_token.as_deref())?;
+    let user = match developer(&state, &session, "/developer").await? {
+        Ok(user) => user,
+        Err(redirect) => return Ok(redirect),
+    };
+    let scopes = ScopeSet::from_scopes(PERSONAL_SCOPES);
+    let token =
+        tokens::issue_personal_access_token(state.store.as_ref(), &user.id, &scopes).await?;
+    forms::show_once(
+        &session,
+        &OnceSecret {
+            label: "personal access token".to_owned(),
+            value: token.secret.expose_secret().to_owned(),
+            owner: PERSONAL_TOKEN.to_owned(),
+        },
+    );
+    Ok(see_other("/developer#token", None))
+}

@@ -1,0 +1,299 @@
+//! Signing up, and the verification links that follow.
+
+use super::forms::{self, sentence, FormState};
+use super::session;
+use super::signin::client_ip;
+use super::{page, see_other, PageError};
+use crate::accounts::{self, CreateAccountError, NewAccount};
+use crate::domain::{Email, Password, Phone, Username};
+use crate::startup::AppState;
+use crate::verification;
+use actix_session::Session;
+use actix_web::http::StatusCode;
+use actix_web::{web, HttpRequest, HttpResponse};
+use askama::Template;
+use serde::Deserialize;
+
+const FORM: &str = "signup";
+
+#[derive(Template)]
+#[template(path = "signup.html")]
+struct SignUpPage {
+    csrf_token: String,
+    form: FormState,
+}
+
+pub async fn show(state: web::Data<AppState>, session: Session) -> Result<HttpResponse, PageError> {
+    if session::current_user(&state, &session).await?.is_some() {
+        return Ok(see_other("/account", None));
+    }
+    let template = SignUpPage {
+        csrf_token: session::csrf_token(&session)?,
+        form: forms::take(&session, FORM).unwrap_or_default(),
+    };
+    page(StatusCode::OK, &template, None)
+}
+
+#[derive(Deserialize)]
+pub struct SignUpForm {
+    csrf_token: Option<String>,
+    #[serde(default)]
+    username: String,
+    #[serde(default)]
+    first_name: String,
+    #[serde(default)]
+    last_name: String,
+    #[serde(default)]
+    email: String,
+    #[serde(default)]
+    phone: String,
+    #[serde(default)]
+    password: String,
+    #[serde(default)]
+    password_confirm: String,
+}
+
+/// The form as a new account, or the form with a message on each refused field.
+fn parse(form: &SignUpForm) -> Result<NewAccount, FormState> {
+    let mut state = FormState::default();
+    for (field, value) in [
+        ("username", &form.username),
+        ("first_name", &form.first_name),
+        ("last_name", &form.last_name),
+        ("email", &form.email),
+        ("phone", &form.phone),
+    ] {
+        state.keep(field, value);
+    }
+    let username = Username::parse(&form.username)
+        .map_err(|e| state.error("username", sentence(&e.to_string())))
+        .ok();
+    let first_name = accounts::profile_text("First name", Some(&form.first_name), 50)
+        .map_err(|e| state.error("first_name", e))
+        .ok();
+    let last_name = accounts::profile_text("Last name", Some(&form.last_name), 50)
+        .map_err(|e| state.error("last_name", e))
+        .ok();
+    let email = if form.email.trim().is_empty() {
+        state.error("email", "Enter your e-mail address.");
+        None
+    } else {
+        Email::parse(&form.email)
+            .map_err(|e| state.error("email", sentence(&e.to_string())))
+            .ok()
+    };
+    let phone = match form.phone.trim() {
+        "" => None,
+        phone => Phone::parse(phone)
+            .map_err(|e| state.error("phone", sentence(&e.to_string())))
+            .ok(),
+    };
+    let password = match Password::parse(&form.password) {
+        Err(e) => {
+            state.error("password", sentence(&e.to_string()));
+            None
+        }
+        Ok(_) if form.password != form.password_confirm => {
+            state.error("password_confirm", "The two passwords differ.");
+            None
+        }
+        Ok(password) => {
+            let own_words = [
+                form.username.as_str(),
+                form.first_name.as_str(),
+                form.last_name.as_str(),
+                form.email.as_str(),
+                "tally",
+            ];
+            accounts::check_password_strength(password.expose(), &own_words)
+                .map_err(|e| state.error("password", e))
+                .ok()
+                .map(|()| password)
+        }
+    };
+    match (username, first_name, last_name, email, password) {
+        (Some(username), Some(first_name), Some(last_name), Some(email), Some(password))
+            if !state.has_errors() =>
+        {
+            Ok(NewAccount {
+                username,
+                password,
+                first_name,
+                last_name,
+                email: Some(email),
+                phone,
+                about: String::new(),
+                verified: false,
+            })
+        }
+        _ => Err(state),
+    }
+}
+
+pub async fn submit(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    session: Session,
+    form: web::Form<SignUpForm>,
+) -> Result<HttpResponse, PageError> {
+    session::check_form(&req, &state, &session, form.csrf_token.as_deref())?;
+    // Each sign-up costs a password hash and a message: bounded per address.
+    if let Err(wait) = state.rate_limits.check_oauth(client_ip(&req)) {
+        return Err(PageError::TooManyRequests {
+            retry_after_secs: wait.as_secs() + 1,
+        });
+    }
+    let account = match parse(&form) {
+        Ok(account) => account,
+        Err(refused) => {
+            forms::stash(&session, FORM, &refused);
+            return Ok(see_other("/signup", None));
+        }
+    };
+    let user = match accounts::create(state.store.as_ref(), &state.hasher, account).await {
+        Ok(user) => user,
+        Err(CreateAccountError::Taken(field)) => {
+            let mut refused = FormState::with_values(&[
+                ("username", form.username.as_str()),
+                ("first_name", form.first_name.as_str()),
+                ("last_name", form.last_name.as_str()),
+                ("email", form.email.as_str()),
+                ("phone", form.phone.as_str()),
+            ]);
+            let (field, what) = match field {
+                "email" => ("email", "e-mail address"),
+                "phone" => ("phone", "phone number"),
+                _ => ("username", "username"),
+            };
+            refused.error(
+                field,
+                format!("This {what} already belongs to an account. Sign in instead, or choose another."),
+            );
+            forms::stash(&session, FORM, &refused);
+            return Ok(see_other("/signup", None));
+        }
+        Err(CreateAccountError::Store(e)) => return Err(e.into()),
+        Err(CreateAccountError::Unexpected(e)) => return Err(PageError::Unexpected(e)),
+    };
+    session::sign_in(&session, &user.id)?;
+    let message = match verification::send_links(
+        state.store.as_ref(),
+        &state.mailer,
+        &state.public_origin,
+        &user,
+    )
+    .await
+    {
+        Ok(_) => format!(
+            "Welcome to Tally! We sent a verification link to {}. Open it to verify your account.",
+            user.email.as_deref().unwrap_or("your address")
+        ),
+        Err(error) => {
+            tracing::error!(error = ?error, "cannot send verification links");
+            "Welcome to Tally! We could not send your verification link just now; use \"Send the link again\" below.".to_owned()
+        }
+    };
+    session::flash(&session, &message);
+    Ok(see_other("/account", None))
+}
+
+#[derive(Deserialize)]
+pub struct TokenQuery {
+    token: Option<String>,
+}
+
+#[derive(Template)]
+#[template(path = "verify.html")]
+struct VerifyPage {
+    csrf_token: String,
+    token: String,
+    outcome: Option<bool>,
+    signed_in: bool,
+}
+
+/// The link opens a page with a button, so that mail scanners that fetch links
+/// do not spend it.
+pub async fn verify_page(
+    state: web::Data<AppState>,
+    session: Session,
+    query: web::Query<TokenQuery>,
+) -> Result<HttpResponse, PageError> {
+    let outcome = match session::take_flash(&session).as_deref() {
+        Some("verified") => Some(true),
+        Some("not-verified") => Some(false),
+        _ => None,
+    };
+    let template = VerifyPage {
+        csrf_token: session::csrf_token(&session)?,
+        token: query.token.clone().unwrap_or_default(),
+        outcome,
+        signed_in: session::current_user(&state, &session).await?.is_some(),
+    };
+    page(StatusCode::OK, &template, None)
+}
+
+#[derive(Deserialize)]
+pub struct VerifyForm {
+    csrf_token: Option<String>,
+    #[serde(default)]
+    token: String,
+}
+
+pub async fn verify(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    session: Session,
+    form: web::Form<VerifyForm>,
+) -> Result<HttpResponse, PageError> {
+    session::check_form(&req, &state, &session, form.csrf_token.as_deref())?;
+    let verified = verification::verify(state.store.as_ref(), &state.settings, &form.token).await?;
+    session::flash(
+        &session,
+        if verified.is_some() {
+            "verified"
+        } else {
+            "not-verified"
+        },
+    );
+    Ok(see_other("/verify", None))
+}
+
+#[derive(Deserialize)]
+pub struct CsrfOnly {
+    csrf_token: Option<String>,
+}
+
+/// Sends the signed-in user's verification links again.
+pub async fn resend(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    session: Session,
+    form: web::Form<CsrfOnly>,
+) -> Result<HttpResponse, PageError> {
+    session::check_form(&req, &state, &session, form.csrf_token.as_deref())?;
+    let Some(user) = session::current_user(&state, &session).await? else {
+        return Ok(see_other("/signin?return_to=%2Faccount", None));
+    };
+    if let Err(wait) = state.rate_limits.check_oauth(client_ip(&req)) {
+        return Err(PageError::TooManyRequests {
+            retry_after_secs: wait.as_secs() + 1,
+        });
+    }
+    let message = match verification::send_links(
+        state.store.as_ref(),
+        &state.mailer,
+        &state.public_origin,
+        &user,
+    )
+    .await
+    {
+        Ok(0) => "Your account is already verified.".to_owned(),
+        Ok(_) => "We sent a new verification link.".to_owned(),
+        Err(error) => {
+            tracing::error!(error = ?error, "cannot send verification links");
+            "We could not send the link just now. Try again later.".to_owned()
+        }
+    };
+    session::flash(&session, &message);
+    Ok(see_other("/account", None))
+}
