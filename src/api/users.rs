@@ -34,7 +34,9 @@ pub async fn me(
     principal: Principal,
 ) -> Result<HttpResponse, ApiError> {
     principal.require(Scope::AccessProfile)?;
-    let user = &principal.user;
+    // Read afresh: the balance must not lag behind a payment just made, even if
+    // token checks are ever cached.
+    let user = &existing_user(&state, &principal.user.id).await?;
     let friends_count = state.store.count_friends(&user.id).await?;
     Ok(render::ok(Me {
         balance: principal
