@@ -579,15 +579,15 @@ macro_rules! impl_payment_store {
                     query.push(" AND pp.date_created > ").push_bind(after);
                 }
                 match &f.before {
+                    // A row comparison, so both databases walk the primary key
+                    // (user_id, date_created, payment_id) straight to the spot.
                     Some((at, Some(id))) => {
                         query
-                            .push(" AND (pp.date_created < ")
+                            .push(" AND (pp.date_created, pp.payment_id) < (")
                             .push_bind(*at)
-                            .push(" OR (pp.date_created = ")
-                            .push_bind(*at)
-                            .push(" AND pp.payment_id < ")
+                            .push(", ")
                             .push_bind(id.clone())
-                            .push("))");
+                            .push(")");
                     }
                     Some((at, None)) => {
                         query.push(" AND pp.date_created < ").push_bind(*at);
