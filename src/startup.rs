@@ -181,7 +181,8 @@ fn routes(cfg: &mut web::ServiceConfig) {
                     web::scope("/oauth")
                         .wrap(from_fn(oauth_rate_limit))
                         .configure(pages::configure_oauth)
-                        .configure(api::oauth::configure),
+                        .configure(api::oauth::configure)
+                        .default_service(web::to(api::not_found)),
                 )
                 .configure(api::configure)
                 .default_service(web::to(api::not_found)),

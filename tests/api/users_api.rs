@@ -337,9 +337,9 @@ async fn unknown_paths_and_wrong_methods_answer_json_errors(backend: Backend) {
         return;
     };
     let ann = person(app.store.as_ref(), "ann", "0").await;
-    app.get("/nothing-here", &ann.token)
-        .await
-        .error(404, "not_found");
+    for path in ["/nothing-here", "/oauth/nothing-here", "/payments/x/y"] {
+        app.get(path, &ann.token).await.error(404, "not_found");
+    }
     app.put("/me", &ann.token, json!({}))
         .await
         .error(405, "method_not_allowed");
