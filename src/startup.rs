@@ -180,8 +180,7 @@ fn routes(cfg: &mut web::ServiceConfig) {
                 .service(
                     web::scope("/oauth")
                         .wrap(from_fn(oauth_rate_limit))
-                        .configure(pages::configure_oauth)
-                        .configure(api::oauth::configure)
+                        .configure(api::configure_oauth)
                         .default_service(web::to(api::not_found)),
                 )
                 .configure(api::configure)

@@ -14,16 +14,18 @@ pub use error::ApiError;
 
 use actix_web::{web, HttpResponse};
 
-/// Declares the REST routes once: `ROUTES` (what the OpenAPI test compares the
-/// document against) and `configure` (what actix serves) come from one table.
-/// A path that exists answers other methods with 405 `method_not_allowed`.
-macro_rules! rest_routes {
-    ($($path:literal => { $($method:ident => $handler:path),+ $(,)? }),+ $(,)?) => {
-        /// Every REST route under `/v1`, as (method, path) in actix/OpenAPI syntax.
-        pub const ROUTES: &[(&str, &str)] = &[$($((stringify!($method), $path),)+)+];
+/// Declares a table of routes once: a const listing them (what the OpenAPI test
+/// compares the document against) and a `configure` function (what actix
+/// serves) come from the same lines. A path that exists answers other methods
+/// with 405 `method_not_allowed`.
+macro_rules! route_table {
+    ($(#[$meta:meta])* $table:ident, $configure:ident,
+     $($path:literal => { $($method:ident => $handler:path),+ $(,)? }),+ $(,)?) => {
+        $(#[$meta])*
+        pub const $table: &[(&str, &str)] = &[$($((stringify!($method), $path),)+)+];
 
-        /// The REST API's routes, registered inside the `/v1` scope.
-        pub fn configure(cfg: &mut web::ServiceConfig) {
+        /// Registers the routes of the table of the same name.
+        pub fn $configure(cfg: &mut web::ServiceConfig) {
             $(
                 cfg.service(
                     web::resource($path)
@@ -35,7 +37,9 @@ macro_rules! rest_routes {
     };
 }
 
-rest_routes! {
+route_table! {
+    /// Every REST route under `/v1`, as (method, path) in actix/OpenAPI syntax.
+    ROUTES, configure,
     "/me" => { get => users::me },
     "/users" => { get => users::search },
     "/users/{user_id}" => { get => users::show },
@@ -43,6 +47,17 @@ rest_routes! {
     "/payments" => { get => payments::list, post => payments::create },
     "/payments/{payment_id}" => { get => payments::show, put => payments::update },
     "/openapi.json" => { get => openapi },
+}
+
+route_table! {
+    /// The authorization server's routes under `/v1/oauth`: its pages
+    /// (`web::authorize`) and its JSON endpoints (`api::oauth`).
+    OAUTH_ROUTES, configure_oauth,
+    "/authorize" => { get => crate::web::authorize::show, post => crate::web::authorize::decide },
+    "/access_token" => { post => oauth::token, delete => oauth::revoke_presented },
+    "/token" => { post => oauth::token },
+    "/revoke" => { post => oauth::revoke },
+    "/introspect" => { post => oauth::introspection },
 }
 
 /// The OpenAPI 3.1 document of the REST API and the OAuth endpoints.

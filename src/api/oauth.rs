@@ -3,28 +3,20 @@
 //! RFC 6749 §5.2: `{"error","error_description"}`.
 
 use super::params::Params;
+use super::render::UserView;
 use super::ApiError;
 use crate::auth::Principal;
-use crate::domain::{format_datetime, Money, Scope};
+use crate::domain::{Money, Scope};
 use crate::oauth::grants::{self, GrantError, GrantRequest};
 use crate::oauth::{credentials, introspect, IntrospectError};
 use crate::startup::AppState;
-use crate::store::{App, TokenKind, User};
+use crate::store::{App, TokenKind};
 use actix_web::http::header::{self, HeaderValue};
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse, ResponseError};
 use base64::Engine;
 use secrecy::ExposeSecret;
 use serde::Serialize;
-
-/// Routes inside the `/v1/oauth` scope.
-pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.route("/access_token", web::post().to(token))
-        .route("/token", web::post().to(token))
-        .route("/access_token", web::delete().to(revoke_presented))
-        .route("/revoke", web::post().to(revoke))
-        .route("/introspect", web::post().to(introspection));
-}
 
 #[derive(Debug, thiserror::Error)]
 #[error("{error}: {description}")]
@@ -196,36 +188,6 @@ fn decode_basic(encoded: &str) -> Option<(String, String)> {
     Some((decode(id)?, decode(secret)?))
 }
 
-/// A user as the token response shows it.
-#[derive(Serialize)]
-pub struct TokenUser {
-    id: String,
-    username: String,
-    first_name: String,
-    last_name: String,
-    display_name: String,
-    about: String,
-    profile_picture_url: Option<String>,
-    date_joined: String,
-}
-
-impl From<&User> for TokenUser {
-    fn from(user: &User) -> Self {
-        Self {
-            id: user.id.clone(),
-            username: user.username.clone(),
-            first_name: user.first_name.clone(),
-            last_name: user.last_name.clone(),
-            display_name: format!("{} {}", user.first_name, user.last_name)
-                .trim()
-                .to_owned(),
-            about: user.about.clone(),
-            profile_picture_url: user.profile_picture_url.clone(),
-            date_joined: format_datetime(user.date_joined),
-        }
-    }
-}
-
 #[derive(Serialize)]
 struct TokenResponse {
     access_token: String,
@@ -234,11 +196,11 @@ struct TokenResponse {
     refresh_token: String,
     scope: String,
     balance: Option<Money>,
-    user: TokenUser,
+    user: UserView,
 }
 
 /// `POST /oauth/access_token` (and `/oauth/token`).
-async fn token(
+pub async fn token(
     req: HttpRequest,
     state: web::Data<AppState>,
     payload: web::Payload,
@@ -283,7 +245,7 @@ async fn token(
         refresh_token: issued.refresh_token.secret.expose_secret().to_owned(),
         scope: issued.scopes.to_string(),
         balance,
-        user: TokenUser::from(&issued.user),
+        user: UserView::from(&issued.user),
     };
     let mut response = HttpResponse::Ok();
     no_store(&mut response);
@@ -292,7 +254,7 @@ async fn token(
 
 /// `POST /oauth/revoke` (RFC 7009): the app revokes one of its own tokens. The
 /// answer is 200 whether or not the token was known (§2.2).
-async fn revoke(
+pub async fn revoke(
     req: HttpRequest,
     state: web::Data<AppState>,
     payload: web::Payload,
@@ -315,7 +277,7 @@ async fn revoke(
 }
 
 /// `DELETE /oauth/access_token`: revokes the token that authenticates the call.
-async fn revoke_presented(
+pub async fn revoke_presented(
     principal: Principal,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
@@ -341,7 +303,7 @@ struct Introspection {
 
 /// `POST /oauth/introspect` (RFC 7662): for a registered app. A dead or unknown
 /// token gets only `{"active":false}`.
-async fn introspection(
+pub async fn introspection(
     req: HttpRequest,
     state: web::Data<AppState>,
     payload: web::Payload,

@@ -58,12 +58,6 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .route("/demo/callback", web::get().to(demo::callback));
 }
 
-/// The authorization endpoint's pages, inside the `/v1/oauth` scope.
-pub fn configure_oauth(cfg: &mut web::ServiceConfig) {
-    cfg.route("/authorize", web::get().to(authorize::show))
-        .route("/authorize", web::post().to(authorize::decide));
-}
-
 const STYLESHEET: &str = include_str!("../../static/tally.css");
 
 async fn stylesheet() -> HttpResponse {

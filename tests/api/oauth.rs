@@ -35,6 +35,7 @@ on_both_backends!(
     the_metadata_document_lists_every_endpoint,
     too_many_oauth_requests_from_one_address_get_429,
     people_sign_in_with_their_username_email_or_phone,
+    each_token_has_its_own_api_rate_limit,
 );
 
 async fn spawn(backend: Backend) -> Option<(TestApp, Fixture)> {
@@ -1168,6 +1169,32 @@ async fn the_metadata_document_lists_every_endpoint(backend: Backend) {
     );
     assert_eq!(body["code_challenge_methods_supported"], json!(["S256"]));
     assert_eq!(body["scopes_supported"].as_array().unwrap().len(), 8);
+    // A known OAuth path with another method: JSON 405; an unknown one: JSON 404.
+    for (method, path, status, code) in [
+        (
+            reqwest::Method::GET,
+            "/v1/oauth/token",
+            405,
+            "method_not_allowed",
+        ),
+        (
+            reqwest::Method::PUT,
+            "/v1/oauth/authorize",
+            405,
+            "method_not_allowed",
+        ),
+        (reqwest::Method::GET, "/v1/oauth/nowhere", 404, "not_found"),
+    ] {
+        let response = app
+            .http
+            .request(method, app.url(path))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), status, "{path}");
+        let body: Value = response.json().await.unwrap();
+        assert_eq!(body["error"]["code"], code, "{path}");
+    }
 }
 
 /// A whole flow against the real binary: its log holds no token, code, secret
@@ -1375,4 +1402,36 @@ async fn a_revocation_on_one_instance_is_seen_by_another_within_a_second() {
         );
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
+}
+
+async fn each_token_has_its_own_api_rate_limit(backend: Backend) {
+    let Some(app) = TestApp::spawn_with(backend, |s| {
+        s.api_rate_limit = std::num::NonZeroU32::new(3).unwrap();
+    })
+    .await
+    else {
+        return;
+    };
+    let f = fixture(&app).await;
+    let scopes = tally::domain::ScopeSet::parse("access_profile").unwrap();
+    let issue = || {
+        tally::oauth::tokens::issue_personal_access_token(app.store.as_ref(), &f.user_id, &scopes)
+    };
+    let first = issue().await.unwrap();
+    let second = issue().await.unwrap();
+    let me = |token: String| app.http.get(app.url("/v1/me")).bearer_auth(token).send();
+    for _ in 0..3 {
+        assert_eq!(me(first.expose().to_owned()).await.unwrap().status(), 200);
+    }
+    let limited = me(first.expose().to_owned()).await.unwrap();
+    assert_eq!(limited.status(), 429);
+    let wait: u64 = limited.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((1..=61).contains(&wait), "{wait}");
+    let body: Value = limited.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "rate_limited");
+    assert_eq!(me(second.expose().to_owned()).await.unwrap().status(), 200);
 }
