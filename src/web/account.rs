@@ -7,6 +7,7 @@ use crate::accounts;
 use crate::domain::{now_micros, Money};
 use crate::startup::AppState;
 use crate::store::{ConsentRow, ProfileUpdate, User};
+use crate::web::session::CsrfForm;
 use actix_session::Session;
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
@@ -216,11 +217,6 @@ pub async fn update_profile(
         .await?;
     session::flash(&session, "Your profile is saved.");
     Ok(see_other("/account", None))
-}
-
-#[derive(Deserialize)]
-pub struct CsrfForm {
-    csrf_token: Option<String>,
 }
 
 /// Ends an app's access: its consents are forgotten and every token it holds

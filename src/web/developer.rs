@@ -11,6 +11,7 @@ use crate::oauth::credentials::{self, CredentialKind};
 use crate::oauth::tokens;
 use crate::startup::AppState;
 use crate::store::{App, AppUpdate, User};
+use crate::web::session::CsrfForm;
 use actix_session::Session;
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
@@ -321,11 +322,6 @@ pub async fn update_app(
         .ok_or_else(|| PageError::NotFound("There is no such app among yours.".to_owned()))?;
     session::flash(&session, &format!("{} is saved.", updated.name));
     Ok(see_other(&app_path(&client_id), None))
-}
-
-#[derive(Deserialize)]
-pub struct CsrfForm {
-    csrf_token: Option<String>,
 }
 
 /// A new client secret, shown once; the old one stops working at once.

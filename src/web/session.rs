@@ -9,6 +9,12 @@ use actix_session::Session;
 use actix_web::HttpRequest;
 use subtle::ConstantTimeEq;
 
+/// A form that carries nothing but its CSRF token (a button).
+#[derive(serde::Deserialize)]
+pub struct CsrfForm {
+    pub csrf_token: Option<String>,
+}
+
 const USER_ID: &str = "uid";
 const CSRF: &str = "csrf";
 const FLASH: &str = "flash";

@@ -1,5 +1,6 @@
 //! Signing in and out.
 
+use super::session::CsrfForm;
 use super::session::{self, safe_return_to};
 use super::{page, see_other, PageError};
 use crate::domain::{Email, Phone, Username};
@@ -137,11 +138,6 @@ async fn find_account(store: &dyn Store, identifier: &str) -> Result<Option<User
 pub fn client_ip(req: &HttpRequest) -> IpAddr {
     req.peer_addr()
         .map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |a| a.ip())
-}
-
-#[derive(Deserialize)]
-pub struct CsrfForm {
-    csrf_token: Option<String>,
 }
 
 pub async fn sign_out(
