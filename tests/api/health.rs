@@ -98,3 +98,40 @@ async fn readyz_answers_503_when_the_database_is_gone() {
     let live = app.http.get(app.url("/healthz")).send().await.unwrap();
     assert_eq!(live.status(), 200);
 }
+
+/// With `TALLY_TLS_CERT` and `TALLY_TLS_KEY` the server speaks HTTPS itself,
+/// and its session cookie is `Secure`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_certificate_the_server_speaks_https() {
+    let certified = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_owned()]).unwrap();
+    let cert_pem = certified.cert.pem();
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
+    std::fs::write(&cert, &cert_pem).unwrap();
+    std::fs::write(&key, certified.signing_key.serialize_pem()).unwrap();
+    let app = TestApp::spawn_with(Backend::Sqlite, |settings| {
+        settings.tls = Some(tally::config::TlsFiles { cert, key });
+    })
+    .await
+    .unwrap();
+    assert!(
+        app.origin.starts_with("https://127.0.0.1:"),
+        "{}",
+        app.origin
+    );
+    let client = reqwest::Client::builder()
+        .add_root_certificate(reqwest::Certificate::from_pem(cert_pem.as_bytes()).unwrap())
+        .build()
+        .unwrap();
+    let health = client.get(app.url("/healthz")).send().await.unwrap();
+    assert_eq!(health.status(), 200);
+    let signin = client.get(app.url("/signin")).send().await.unwrap();
+    let cookie = signin.headers()["set-cookie"].to_str().unwrap().to_owned();
+    assert!(
+        cookie.contains("Secure") && cookie.contains("HttpOnly"),
+        "{cookie}"
+    );
+    // Plain HTTP on the same port gets no answer a client could use.
+    let plain = reqwest::get(app.url("/healthz").replace("https://", "http://")).await;
+    assert!(plain.map(|r| !r.status().is_success()).unwrap_or(true));
+}
