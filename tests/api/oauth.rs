@@ -1435,3 +1435,29 @@ async fn each_token_has_its_own_api_rate_limit(backend: Backend) {
     assert_eq!(body["error"]["code"], "rate_limited");
     assert_eq!(me(second.expose().to_owned()).await.unwrap().status(), 200);
 }
+
+/// Instances of one deployment share the generated secret key: a session made
+/// by one is honoured by another.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_made_by_one_instance_works_on_another() {
+    let Some(db) = TestDb::new(Backend::Postgres).await else {
+        return;
+    };
+    let first = ServeProcess::start(&db.url_string(), &[]);
+    let second = ServeProcess::start(&db.url_string(), &[]);
+    let app = TestApp {
+        origin: first.origin.clone(),
+        store: db.store().await,
+        http: reqwest::Client::new(),
+        db,
+    };
+    let f = fixture(&app).await;
+    let browser = Browser::new(&first.origin);
+    let page = browser.get("/signin").await;
+    let answer = browser.sign_in(&page, &f.username, PASSWORD).await;
+    assert_eq!(answer.status, 303);
+    // Cookies belong to the host, not the port, as in a browser.
+    let account = browser.get(&format!("{}/account", second.origin)).await;
+    assert_eq!(account.status, 200, "{}", account.body);
+    assert!(account.text().contains(&f.username));
+}
