@@ -125,10 +125,12 @@ pub async fn seed(
         Some(app) => {
             if app.secret_digest != secret.digest {
                 store
-                    .set_app_secret_digest(DEMO_CLIENT_ID, &secret.digest)
+                    .replace_app_secret(&app.owner_id, DEMO_CLIENT_ID, &secret.digest)
                     .await?;
             }
-            store.update_app(DEMO_CLIENT_ID, &details).await?;
+            store
+                .update_own_app(&app.owner_id, DEMO_CLIENT_ID, &details)
+                .await?;
         }
         None => {
             let owner = ids.first().cloned().unwrap_or_default();

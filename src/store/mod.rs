@@ -76,13 +76,6 @@ pub trait Store: OAuthStore + PaymentStore + PagesStore + Send + Sync + 'static 
         client_id: &str,
         suspended: bool,
     ) -> Result<Option<App>, StoreError>;
-    async fn set_app_secret_digest(&self, client_id: &str, digest: &str) -> Result<(), StoreError>;
-    /// Replaces an app's name, description, redirect and site URLs.
-    async fn update_app(
-        &self,
-        client_id: &str,
-        details: &AppUpdate,
-    ) -> Result<Option<App>, StoreError>;
 
     /// Records money arriving from outside: credits the user and writes both
     /// ledger entries in one transaction. Returns the new balance in cents.

@@ -214,49 +214,6 @@ macro_rules! impl_store {
                 Ok(app)
             }
 
-            #[tracing::instrument(skip_all)]
-            async fn set_app_secret_digest(
-                &self,
-                client_id: &str,
-                digest: &str,
-            ) -> Result<(), StoreError> {
-                let mut tx = self.write().await?;
-                let done = sqlx::query("UPDATE apps SET secret_digest = $2 WHERE client_id = $1")
-                    .bind(client_id)
-                    .bind(digest)
-                    .execute(&mut *tx)
-                    .await?;
-                if done.rows_affected() == 0 {
-                    return Err(StoreError::NotFound("app"));
-                }
-                tx.commit().await?;
-                Ok(())
-            }
-
-            #[tracing::instrument(skip_all)]
-            async fn update_app(
-                &self,
-                client_id: &str,
-                details: &AppUpdate,
-            ) -> Result<Option<App>, StoreError> {
-                let sql = format!(
-                    "UPDATE apps SET name = $2, description = $3, redirect_url = $4, site_url = $5 \
-                     WHERE client_id = $1 RETURNING {}",
-                    $crate::store::sql::APP_COLUMNS
-                );
-                let mut tx = self.write().await?;
-                let app = sqlx::query_as::<_, App>(&sql)
-                    .bind(client_id)
-                    .bind(&details.name)
-                    .bind(&details.description)
-                    .bind(&details.redirect_url)
-                    .bind(&details.site_url)
-                    .fetch_optional(&mut *tx)
-                    .await?;
-                tx.commit().await?;
-                Ok(app)
-            }
-
             #[tracing::instrument(skip_all, fields(to = %movement.to, cents = movement.cents))]
             async fn deposit(&self, movement: &Movement) -> Result<i64, StoreError> {
                 let mut tx = self.write().await?;

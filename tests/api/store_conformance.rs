@@ -211,23 +211,33 @@ async fn apps_are_stored_suspended_and_rotated(backend: Backend) {
         .unwrap()
         .unwrap();
     assert!(suspended.suspended);
-    store
-        .set_app_secret_digest("client-1", "digest-2")
+    // Only the owner may replace the secret or the details.
+    assert!(!store
+        .replace_app_secret("someone-else", "client-1", "digest-x")
         .await
+        .unwrap());
+    assert!(store
+        .replace_app_secret(&owner.id, "client-1", "digest-2")
+        .await
+        .unwrap());
+    let update = tally::store::AppUpdate {
+        name: "Renamed".to_owned(),
+        description: String::new(),
+        redirect_url: Some("https://other.example.com/cb".to_owned()),
+        site_url: None,
+    };
+    assert!(store
+        .update_own_app("someone-else", "client-1", &update)
+        .await
+        .unwrap()
+        .is_none());
+    let updated = store
+        .update_own_app(&owner.id, "client-1", &update)
+        .await
+        .unwrap()
         .unwrap();
-    assert_eq!(
-        store
-            .find_app("client-1")
-            .await
-            .unwrap()
-            .unwrap()
-            .secret_digest,
-        "digest-2"
-    );
-    assert!(matches!(
-        store.set_app_secret_digest("nope", "d").await,
-        Err(StoreError::NotFound(_))
-    ));
+    assert_eq!(updated.name, "Renamed");
+    assert_eq!(updated.secret_digest, "digest-2");
     assert!(store
         .set_app_suspended("nope", true)
         .await
