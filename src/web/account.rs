@@ -24,20 +24,12 @@ pub fn when(micros: i64) -> String {
 }
 
 /// The signed-in user, or the 303 to the sign-in page that comes back to `here`.
-pub async fn signed_in(
-    state: &AppState,
-    session: &Session,
-    here: &str,
-) -> Result<Result<User, HttpResponse>, PageError> {
-    match session::current_user(state, session).await? {
-        Some(user) => Ok(Ok(user)),
-        None => {
-            let query = url::form_urlencoded::Serializer::new(String::new())
-                .append_pair("return_to", here)
-                .finish();
-            Ok(Err(see_other(&format!("/signin?{query}"), None)))
-        }
-    }
+pub async fn signed_in(state: &AppState, session: &Session, here: &str) -> Result<User, PageError> {
+    session::current_user(state, session)
+        .await?
+        .ok_or_else(|| PageError::SignInRequired {
+            return_to: here.to_owned(),
+        })
 }
 
 pub struct Contact {
@@ -102,10 +94,7 @@ struct AccountPage {
 }
 
 pub async fn show(state: web::Data<AppState>, session: Session) -> Result<HttpResponse, PageError> {
-    let user = match signed_in(&state, &session, "/account").await? {
-        Ok(user) => user,
-        Err(redirect) => return Ok(redirect),
-    };
+    let user = signed_in(&state, &session, "/account").await?;
     let store = state.store.as_ref();
     let apps = authorized_apps(store.consents_of_user(&user.id).await?);
     let tokens = store
@@ -182,10 +171,7 @@ pub async fn update_profile(
     form: web::Form<ProfileForm>,
 ) -> Result<HttpResponse, PageError> {
     session::check_form(&req, &state, &session, form.csrf_token.as_deref())?;
-    let user = match signed_in(&state, &session, "/account").await? {
-        Ok(user) => user,
-        Err(redirect) => return Ok(redirect),
-    };
+    let user = signed_in(&state, &session, "/account").await?;
     let mut refused = FormState::with_values(&[
         ("first_name", &form.first_name),
         ("last_name", &form.last_name),
@@ -229,10 +215,7 @@ pub async fn revoke_app(
     form: web::Form<CsrfForm>,
 ) -> Result<HttpResponse, PageError> {
     session::check_form(&req, &state, &session, form.csrf_token.as_deref())?;
-    let user = match signed_in(&state, &session, "/account").await? {
-        Ok(user) => user,
-        Err(redirect) => return Ok(redirect),
-    };
+    let user = signed_in(&state, &session, "/account").await?;
     let client_id = path.into_inner();
     let name = state
         .store
@@ -262,10 +245,7 @@ pub async fn revoke_token(
     form: web::Form<CsrfForm>,
 ) -> Result<HttpResponse, PageError> {
     session::check_form(&req, &state, &session, form.csrf_token.as_deref())?;
-    let user = match signed_in(&state, &session, "/account").await? {
-        Ok(user) => user,
-        Err(redirect) => return Ok(redirect),
-    };
+    let user = signed_in(&state, &session, "/account").await?;
     let revoked = state
         .store
         .revoke_personal_token(&user.id, &path.into_inner(), now_micros())

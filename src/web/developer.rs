@@ -42,14 +42,12 @@ fn not_verified() -> PageError {
 }
 
 /// The signed-in, verified user, or the answer to give instead.
-async fn developer(
-    state: &AppState,
-    session: &Session,
-    here: &str,
-) -> Result<Result<User, HttpResponse>, PageError> {
-    match signed_in(state, session, here).await? {
-        Ok(user) if !user.verified => Err(not_verified()),
-        other => Ok(other),
+async fn developer(state: &AppState, session: &Session, here: &str) -> Result<User, PageError> {
+    let user = signed_in(state, session, here).await?;
+    if user.verified {
+        Ok(user)
+    } else {
+        Err(not_verified())
     }
 }
 
@@ -77,10 +75,7 @@ struct DeveloperPage {
 }
 
 pub async fn show(state: web::Data<AppState>, session: Session) -> Result<HttpResponse, PageError> {
-    let user = match signed_in(&state, &session, "/developer").await? {
-        Ok(user) => user,
-        Err(redirect) => return Ok(redirect),
-    };
+    let user = signed_in(&state, &session, "/developer").await?;
     let apps = if user.verified {
         state.store.apps_of_owner(&user.id).await?
     } else {
@@ -189,10 +184,7 @@ pub async fn create_app(
     form: web::Form<AppForm>,
 ) -> Result<HttpResponse, PageError> {
     session::check_form(&req, &state, &session, form.csrf_token.as_deref())?;
-    let user = match developer(&state, &session, "/developer").await? {
-        Ok(user) => user,
-        Err(redirect) => return Ok(redirect),
-    };
+    let user = developer(&state, &session, "/developer").await?;
     if state.settings.developer_signup == DeveloperSignup::Closed {
         return Err(PageError::Forbidden(
             "Tally accepts no new apps at the moment. Apps that exist keep working.".to_owned(),
@@ -251,10 +243,7 @@ pub async fn show_app(
     path: web::Path<String>,
 ) -> Result<HttpResponse, PageError> {
     let client_id = path.into_inner();
-    let user = match developer(&state, &session, &app_path(&client_id)).await? {
-        Ok(user) => user,
-        Err(redirect) => return Ok(redirect),
-    };
+    let user = developer(&state, &session, &app_path(&client_id)).await?;
     let app = own_app(&state, &user, &client_id).await?;
     let form = forms::take(&session, EDIT_APP_FORM).unwrap_or_else(|| {
         forms::FormState::with_values(&[
@@ -295,10 +284,7 @@ pub async fn update_app(
 ) -> Result<HttpResponse, PageError> {
     session::check_form(&req, &state, &session, form.csrf_token.as_deref())?;
     let client_id = path.into_inner();
-    let user = match developer(&state, &session, &app_path(&client_id)).await? {
-        Ok(user) => user,
-        Err(redirect) => return Ok(redirect),
-    };
+    let user = developer(&state, &session, &app_path(&client_id)).await?;
     let details = match parse_app(&form) {
         Ok(details) => details,
         Err(refused) => {
@@ -334,10 +320,7 @@ pub async fn rotate_secret(
 ) -> Result<HttpResponse, PageError> {
     session::check_form(&req, &state, &session, form.csrf_token.as_deref())?;
     let client_id = path.into_inner();
-    let user = match developer(&state, &session, &app_path(&client_id)).await? {
-        Ok(user) => user,
-        Err(redirect) => return Ok(redirect),
-    };
+    let user = developer(&state, &session, &app_path(&client_id)).await?;
     let secret = credentials::generate(CredentialKind::ClientSecret);
     let replaced = state
         .store
@@ -371,10 +354,7 @@ pub async fn personal_token(
     form: web::Form<CsrfForm>,
 ) -> Result<HttpResponse, PageError> {
     session::check_form(&req, &state, &session, form.csrf_token.as_deref())?;
-    let user = match developer(&state, &session, "/developer").await? {
-        Ok(user) => user,
-        Err(redirect) => return Ok(redirect),
-    };
+    let user = developer(&state, &session, "/developer").await?;
     let scopes = ScopeSet::from_scopes(PERSONAL_SCOPES);
     let token =
         tokens::issue_personal_access_token(state.store.as_ref(), &user.id, &scopes).await?;

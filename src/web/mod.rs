@@ -127,6 +127,10 @@ pub enum PageError {
     Forbidden(String),
     #[error("{0}")]
     NotFound(String),
+    /// The page needs a signed-in user: answered with a 303 to the sign-in
+    /// page, which comes back to `return_to`.
+    #[error("sign in first")]
+    SignInRequired { return_to: String },
     #[error("too many attempts; try again in {retry_after_secs} seconds")]
     TooManyRequests { retry_after_secs: u64 },
     #[error("the service is unavailable; try again later")]
@@ -150,6 +154,7 @@ impl ResponseError for PageError {
             Self::BadRequest(_) => StatusCode::BAD_REQUEST,
             Self::Forbidden(_) => StatusCode::FORBIDDEN,
             Self::NotFound(_) => StatusCode::NOT_FOUND,
+            Self::SignInRequired { .. } => StatusCode::SEE_OTHER,
             Self::TooManyRequests { .. } => StatusCode::TOO_MANY_REQUESTS,
             Self::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
             Self::Unexpected(_) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -160,10 +165,17 @@ impl ResponseError for PageError {
         if let Self::Unexpected(cause) = self {
             tracing::error!(error = ?cause, "page failed");
         }
+        if let Self::SignInRequired { return_to } = self {
+            let query = url::form_urlencoded::Serializer::new(String::new())
+                .append_pair("return_to", return_to)
+                .finish();
+            return see_other(&format!("/signin?{query}"), None);
+        }
         let title = match self {
             Self::BadRequest(_) => "This request cannot be served",
             Self::Forbidden(_) => "This form cannot be accepted",
             Self::NotFound(_) => "Not found",
+            Self::SignInRequired { .. } => "Sign in first",
             Self::TooManyRequests { .. } => "Too many attempts",
             Self::Unavailable => "Tally is unavailable",
             Self::Unexpected(_) => "Something went wrong",
