@@ -53,7 +53,7 @@ pub async fn create(
     account: NewAccount,
 ) -> Result<User, CreateAccountError> {
     let password_hash = hasher.hash(&account.password).await?;
-    store
+    let user = store
         .insert_user(&NewUser {
             id: new_id(),
             username: account.username.as_str().to_owned(),
@@ -70,7 +70,15 @@ pub async fn create(
         .map_err(|e| match e {
             StoreError::Conflict(field) => CreateAccountError::Taken(field),
             other => CreateAccountError::Store(other),
-        })
+        })?;
+    // An account created verified (by an operator) owns its addresses at once,
+    // so payments already waiting for them are its to claim.
+    if user.verified {
+        crate::ledger::claim(store, &user, now_micros())
+            .await
+            .map_err(CreateAccountError::Store)?;
+    }
+    Ok(user)
 }
 
 /// Why a password chosen at sign-up is refused, in words to show.

@@ -22,18 +22,23 @@ pub enum ApiError {
     InsufficientFunds,
     #[error("{0}")]
     InvalidToken(String),
+    /// No token at all: a 401 whose challenge names no error (RFC 6750 §3.1).
+    #[error("an access token is required")]
+    MissingToken,
     #[error("the access token has expired")]
     TokenExpired,
-    #[error("this requires the scope {0}")]
-    InsufficientScope(&'static str),
+    /// The scopes any one of which would do.
+    #[error("this requires the scope {}", .0.join(" or "))]
+    InsufficientScope(Vec<&'static str>),
     #[error("{0}")]
     ActionNotAllowed(String),
     #[error("the account or app is suspended")]
     AccountSuspended,
     #[error("not found")]
     NotFound,
-    #[error("method not allowed")]
-    MethodNotAllowed,
+    /// `allow` lists the path's methods, for the `Allow` header.
+    #[error("method not allowed; this path takes {allow}")]
+    MethodNotAllowed { allow: String },
     #[error("the payment is not pending")]
     InvalidState,
     #[error("this Idempotency-Key was used with other parameters")]
@@ -71,13 +76,13 @@ impl ApiError {
             Self::InvalidTarget(_) => "invalid_target",
             Self::InvalidAudience(_) => "invalid_audience",
             Self::InsufficientFunds => "insufficient_funds",
-            Self::InvalidToken(_) => "invalid_token",
+            Self::InvalidToken(_) | Self::MissingToken => "invalid_token",
             Self::TokenExpired => "token_expired",
             Self::InsufficientScope(_) => "insufficient_scope",
             Self::ActionNotAllowed(_) => "action_not_allowed",
             Self::AccountSuspended => "account_suspended",
             Self::NotFound => "not_found",
-            Self::MethodNotAllowed => "method_not_allowed",
+            Self::MethodNotAllowed { .. } => "method_not_allowed",
             Self::InvalidState => "invalid_state",
             Self::IdempotencyConflict => "idempotency_conflict",
             Self::PayloadTooLarge => "payload_too_large",
@@ -99,12 +104,14 @@ impl ResponseError for ApiError {
             | Self::InvalidTarget(_)
             | Self::InvalidAudience(_)
             | Self::InsufficientFunds => StatusCode::BAD_REQUEST,
-            Self::InvalidToken(_) | Self::TokenExpired => StatusCode::UNAUTHORIZED,
+            Self::InvalidToken(_) | Self::MissingToken | Self::TokenExpired => {
+                StatusCode::UNAUTHORIZED
+            }
             Self::InsufficientScope(_) | Self::ActionNotAllowed(_) | Self::AccountSuspended => {
                 StatusCode::FORBIDDEN
             }
             Self::NotFound => StatusCode::NOT_FOUND,
-            Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            Self::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             Self::InvalidState | Self::IdempotencyConflict => StatusCode::CONFLICT,
             Self::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -121,7 +128,20 @@ impl ResponseError for ApiError {
         }
         let mut response = HttpResponse::build(self.status_code());
         match self {
-            // RFC 6750 §3: a 401 names the scheme and the error.
+            // RFC 6750 §3: a 401 names the scheme and, when a token was sent,
+            // the error; a 403 for scope names the scopes that would do.
+            Self::MissingToken => {
+                response.insert_header((header::WWW_AUTHENTICATE, r#"Bearer realm="tally""#));
+            }
+            Self::InsufficientScope(scopes) => {
+                response.insert_header((
+                    header::WWW_AUTHENTICATE,
+                    format!(
+                        r#"Bearer realm="tally", error="insufficient_scope", scope="{}""#,
+                        scopes.join(" ")
+                    ),
+                ));
+            }
             Self::InvalidToken(_) => {
                 response.insert_header((
                     header::WWW_AUTHENTICATE,
@@ -133,6 +153,9 @@ impl ResponseError for ApiError {
                     header::WWW_AUTHENTICATE,
                     r#"Bearer realm="tally", error="invalid_token", error_description="The access token expired""#,
                 ));
+            }
+            Self::MethodNotAllowed { allow } => {
+                response.insert_header((header::ALLOW, allow.as_str()));
             }
             Self::RateLimited { retry_after_secs } => {
                 response.insert_header((header::RETRY_AFTER, retry_after_secs.to_string()));

@@ -17,7 +17,7 @@ use actix_web::{web, HttpResponse};
 /// Declares a table of routes once: a const listing them (what the OpenAPI test
 /// compares the document against) and a `configure` function (what actix
 /// serves) come from the same lines. A path that exists answers other methods
-/// with 405 `method_not_allowed`.
+/// with 405 `method_not_allowed` and an `Allow` header listing its methods.
 macro_rules! route_table {
     ($(#[$meta:meta])* $table:ident, $configure:ident,
      $($path:literal => { $($method:ident => $handler:path),+ $(,)? }),+ $(,)?) => {
@@ -27,10 +27,11 @@ macro_rules! route_table {
         /// Registers the routes of the table of the same name.
         pub fn $configure(cfg: &mut web::ServiceConfig) {
             $(
+                let allow = [$(stringify!($method)),+].map(str::to_ascii_uppercase).join(", ");
                 cfg.service(
                     web::resource($path)
                         $(.route(web::$method().to($handler)))+
-                        .default_service(web::to(method_not_allowed)),
+                        .default_service(web::to(move || method_not_allowed(allow.clone()))),
                 );
             )+
         }
@@ -74,6 +75,6 @@ pub async fn not_found() -> Result<HttpResponse, ApiError> {
     Err(ApiError::NotFound)
 }
 
-pub async fn method_not_allowed() -> Result<HttpResponse, ApiError> {
-    Err(ApiError::MethodNotAllowed)
+async fn method_not_allowed(allow: String) -> Result<HttpResponse, ApiError> {
+    Err(ApiError::MethodNotAllowed { allow })
 }

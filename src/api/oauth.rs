@@ -116,7 +116,7 @@ async fn read_params(req: &HttpRequest, payload: web::Payload) -> Result<Params,
 
 fn text(params: &Params, name: &str) -> Result<Option<String>, OAuthError> {
     params
-        .text(name)
+        .text_or_number(name)
         .map(|v| v.map(str::to_owned).filter(|v| !v.is_empty()))
         .map_err(|e| OAuthError::invalid_request(e.to_string()))
 }

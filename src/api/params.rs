@@ -8,8 +8,10 @@ use actix_web::dev::Payload;
 use actix_web::http::header::CONTENT_TYPE;
 use actix_web::{FromRequest, HttpMessage, HttpRequest};
 use futures_util::StreamExt;
+use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
 use serde_json::value::RawValue;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
@@ -38,9 +40,21 @@ impl Params {
         matches!(self.get(name), Some(v) if *v != ParamValue::Null)
     }
 
-    /// A parameter as text: strings as given, numbers as their literal.
-    /// Absent or null is `None`; true/false, arrays and objects are refused.
+    /// A text parameter. Absent or null is `None`; a JSON number, true/false,
+    /// an array or an object is the wrong type.
     pub fn text(&self, name: &str) -> Result<Option<&str>, ApiError> {
+        match self.get(name) {
+            None | Some(ParamValue::Null) => Ok(None),
+            Some(ParamValue::Text(s)) => Ok(Some(s)),
+            Some(_) => Err(ApiError::InvalidRequest(format!(
+                "parameter {name} must be a string"
+            ))),
+        }
+    }
+
+    /// A parameter that may be a string or a JSON number (kept as its literal):
+    /// limits, offsets, and OAuth client ids old clients send as numbers.
+    pub fn text_or_number(&self, name: &str) -> Result<Option<&str>, ApiError> {
         match self.get(name) {
             None | Some(ParamValue::Null) => Ok(None),
             Some(ParamValue::Text(s) | ParamValue::Number(s)) => Ok(Some(s)),
@@ -64,8 +78,8 @@ impl Params {
             return Ok(params.clone());
         }
         let mut map = HashMap::new();
-        for (key, value) in url::form_urlencoded::parse(req.query_string().as_bytes()) {
-            map.insert(key.into_owned(), ParamValue::Text(value.into_owned()));
+        for (key, value) in parse_form(req.query_string().as_bytes()) {
+            merge(&mut map, key, value)?;
         }
         let body = read_body(payload).await?;
         if !body.is_empty() {
@@ -85,21 +99,30 @@ impl Params {
                 _ => return Err(ApiError::UnsupportedMediaType),
             };
             for (key, value) in from_body {
-                match map.get(&key) {
-                    Some(existing) if *existing != value => {
-                        return Err(ApiError::InvalidRequest(format!(
-                            "parameter {key} is given twice with different values"
-                        )))
-                    }
-                    _ => {
-                        map.insert(key, value);
-                    }
-                }
+                merge(&mut map, key, value)?;
             }
         }
         let params = Params(Rc::new(map));
         req.extensions_mut().insert(params.clone());
         Ok(params)
+    }
+}
+
+/// Adds one parameter. The same name twice with different values (in the query,
+/// the body, or across them) is ambiguous, so it is refused rather than guessed.
+fn merge(
+    map: &mut HashMap<String, ParamValue>,
+    key: String,
+    value: ParamValue,
+) -> Result<(), ApiError> {
+    match map.get(&key) {
+        Some(existing) if *existing != value => Err(ApiError::InvalidRequest(format!(
+            "parameter {key} is given twice with different values"
+        ))),
+        _ => {
+            map.insert(key, value);
+            Ok(())
+        }
     }
 }
 
@@ -123,9 +146,15 @@ fn parse_form(body: &[u8]) -> Vec<(String, ParamValue)> {
 }
 
 fn parse_json(body: &[u8]) -> Result<Vec<(String, ParamValue)>, ApiError> {
-    let object: HashMap<String, Box<RawValue>> = serde_json::from_slice(body)
+    let object: Members = serde_json::from_slice(body)
         .map_err(|_| ApiError::InvalidRequest("the body must be a JSON object".to_owned()))?;
+    if let Some(key) = object.duplicate {
+        return Err(ApiError::InvalidRequest(format!(
+            "parameter {key} is given twice in the JSON object"
+        )));
+    }
     object
+        .members
         .into_iter()
         .map(|(key, raw)| {
             let text = raw.get().trim();
@@ -142,6 +171,42 @@ fn parse_json(body: &[u8]) -> Result<Vec<(String, ParamValue)>, ApiError> {
             Ok((key, value))
         })
         .collect()
+}
+
+/// A JSON object's members, noting a key given twice, which serde_json's own
+/// maps would silently resolve to the last value.
+struct Members {
+    members: Vec<(String, Box<RawValue>)>,
+    duplicate: Option<String>,
+}
+
+impl<'de> Deserialize<'de> for Members {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct ObjectVisitor;
+        impl<'de> Visitor<'de> for ObjectVisitor {
+            type Value = Members;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a JSON object")
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Members, A::Error> {
+                let mut seen = HashSet::new();
+                let mut object = Members {
+                    members: Vec::new(),
+                    duplicate: None,
+                };
+                while let Some((key, value)) = map.next_entry::<String, Box<RawValue>>()? {
+                    if !seen.insert(key.clone()) && object.duplicate.is_none() {
+                        object.duplicate = Some(key.clone());
+                    }
+                    object.members.push((key, value));
+                }
+                Ok(object)
+            }
+        }
+        deserializer.deserialize_map(ObjectVisitor)
+    }
 }
 
 /// The body of a request, shared by its extractors. actix calls every

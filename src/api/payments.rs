@@ -26,29 +26,37 @@ struct Made {
     payment: PaymentView,
 }
 
+const MICROS_PER_SECOND: i64 = 1_000_000;
+
 /// Largest amount one payment may move (SPEC §4).
 const MAX_AMOUNT: Money = Money::from_cents(500_000);
 
 fn parse_amount(params: &Params) -> Result<Amount, ApiError> {
-    let text = match params.get("amount") {
-        None | Some(ParamValue::Null) => return Err(ApiError::MissingParameter("amount")),
-        Some(ParamValue::Text(s) | ParamValue::Number(s)) => s,
-        Some(_) => return Err(ApiError::InvalidAmount(AmountError::NotANumber.to_string())),
+    let out_of_bounds = || {
+        ApiError::InvalidAmount(format!(
+            "amount must be between 0.01 and {MAX_AMOUNT} in absolute value"
+        ))
     };
-    let amount = Amount::parse(text).map_err(|e| ApiError::InvalidAmount(e.to_string()))?;
+    let parsed = match params.get("amount") {
+        None | Some(ParamValue::Null) => return Err(ApiError::MissingParameter("amount")),
+        Some(ParamValue::Text(s)) => Amount::parse(s),
+        Some(ParamValue::Number(s)) => Amount::parse_json_number(s),
+        Some(_) => Err(AmountError::NotANumber),
+    };
+    let amount = parsed.map_err(|e| match e {
+        AmountError::TooLarge(_) => out_of_bounds(),
+        other => ApiError::InvalidAmount(other.to_string()),
+    })?;
     if amount.cents().abs() > MAX_AMOUNT.cents() {
-        return Err(ApiError::InvalidAmount(format!(
-            "amount must be at most {MAX_AMOUNT} in absolute value"
-        )));
+        return Err(out_of_bounds());
     }
     Ok(amount)
 }
 
 fn parse_target(params: &Params) -> Result<TargetAddress, ApiError> {
-    let invalid = |e: ApiError| ApiError::InvalidTarget(e.to_string());
-    let user_id = given(params, "user_id").map_err(invalid)?;
-    let email = given(params, "email").map_err(invalid)?;
-    let phone = given(params, "phone").map_err(invalid)?;
+    let user_id = given(params, "user_id")?;
+    let email = given(params, "email")?;
+    let phone = given(params, "phone")?;
     match (user_id, email, phone) {
         (Some(id), None, None) => Ok(TargetAddress::UserId(id.trim().to_owned())),
         (None, Some(email), None) => Email::parse(email)
@@ -64,23 +72,18 @@ fn parse_target(params: &Params) -> Result<TargetAddress, ApiError> {
 }
 
 fn parse_note(params: &Params) -> Result<Note, ApiError> {
-    match params.get("note") {
-        None | Some(ParamValue::Null) => Err(ApiError::MissingParameter("note")),
-        Some(ParamValue::Text(s) | ParamValue::Number(s)) => {
-            Note::parse(s).map_err(|e| ApiError::InvalidNote(e.to_string()))
-        }
-        Some(_) => Err(ApiError::InvalidNote("note must be text".to_owned())),
+    match params.text("note")? {
+        None => Err(ApiError::MissingParameter("note")),
+        Some(text) => Note::parse(text).map_err(|e| ApiError::InvalidNote(e.to_string())),
     }
 }
 
 fn parse_audience(params: &Params) -> Result<Audience, ApiError> {
     let invalid =
         || ApiError::InvalidAudience("audience must be public, friends or private".into());
-    match params.get("audience") {
-        None | Some(ParamValue::Null) => Ok(Audience::default()),
-        Some(ParamValue::Text(s)) if s.trim().is_empty() => Ok(Audience::default()),
-        Some(ParamValue::Text(s)) => Audience::parse(s).map_err(|_| invalid()),
-        Some(_) => Err(invalid()),
+    match given(params, "audience")? {
+        None => Ok(Audience::default()),
+        Some(text) => Audience::parse(text).map_err(|_| invalid()),
     }
 }
 
@@ -189,7 +192,16 @@ pub async fn list(
         })
         .transpose()?
         .unwrap_or_default();
-    let after = query::datetime(&params, "after")?;
+    // Clients see `date_created` to the second, so a whole-second `after` means
+    // "a later second": polling with the last `date_created` seen never returns
+    // that payment again. A fractional `after` (as `next` carries) is exact.
+    let after = query::datetime(&params, "after")?.map(|at| {
+        if at % MICROS_PER_SECOND == 0 {
+            at + MICROS_PER_SECOND - 1
+        } else {
+            at
+        }
+    });
     let before = query::datetime(&params, "before")?;
     let before_id = given(&params, "before_id")?.map(|s| s.trim().to_owned());
     if before_id.is_some() && before.is_none() {

@@ -11,7 +11,7 @@ pub const MAX_LIMIT: i64 = 50;
 
 /// `limit`: a positive integer, 20 when absent, at most 50.
 pub fn limit(params: &Params) -> Result<i64, ApiError> {
-    match params.text("limit")? {
+    match params.text_or_number("limit")? {
         None => Ok(DEFAULT_LIMIT),
         Some(text) => {
             let digits = text.trim();
@@ -32,7 +32,7 @@ pub fn limit(params: &Params) -> Result<i64, ApiError> {
 /// `offset`: a whole number, 0 when absent.
 pub fn offset(params: &Params) -> Result<i64, ApiError> {
     const MAX_OFFSET: u64 = 1_000_000;
-    match params.text("offset")? {
+    match params.text_or_number("offset")? {
         None => Ok(0),
         Some(text) => match text.trim().parse::<u64>() {
             Ok(n) if n <= MAX_OFFSET => Ok(n as i64),

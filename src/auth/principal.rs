@@ -34,17 +34,18 @@ impl Principal {
         if self.has(scope) {
             Ok(())
         } else {
-            Err(ApiError::InsufficientScope(scope.as_str()))
+            Err(ApiError::InsufficientScope(vec![scope.as_str()]))
         }
     }
 
-    /// Passes when the token has any of `scopes`; the refusal names the first.
+    /// Passes when the token has any of `scopes`; the refusal names them all.
     pub fn require_any(&self, scopes: &[Scope]) -> Result<(), ApiError> {
-        match scopes.iter().find(|s| self.has(**s)) {
-            Some(_) => Ok(()),
-            None => Err(ApiError::InsufficientScope(
-                scopes.first().map_or("", |s| s.as_str()),
-            )),
+        if scopes.iter().any(|s| self.has(*s)) {
+            Ok(())
+        } else {
+            Err(ApiError::InsufficientScope(
+                scopes.iter().map(|s| s.as_str()).collect(),
+            ))
         }
     }
 
@@ -74,11 +75,7 @@ impl Principal {
                 ))
             }
             (Some(token), _) | (None, Some(token)) => token,
-            (None, None) => {
-                return Err(ApiError::InvalidToken(
-                    "an access token is required".to_owned(),
-                ))
-            }
+            (None, None) => return Err(ApiError::MissingToken),
         };
         let state = req
             .app_data::<web::Data<AppState>>()

@@ -62,16 +62,33 @@ impl Amount {
 
     pub fn parse(input: &str) -> Result<Self, AmountError> {
         let trimmed = input.trim();
-        // Only plain decimal notation: no exponents, no thousands separators.
-        let plain = !trimmed.is_empty()
-            && trimmed
-                .trim_start_matches(['-', '+'])
-                .chars()
-                .all(|c| c.is_ascii_digit() || c == '.');
+        // Only plain decimal notation, `-?digits[.digits]`: no exponents, no
+        // thousands separators, no bare `.5` or `5.`.
+        let unsigned = trimmed.strip_prefix('-').unwrap_or(trimmed);
+        let digits = |part: &str| !part.is_empty() && part.bytes().all(|b| b.is_ascii_digit());
+        let plain = match unsigned.split_once('.') {
+            Some((whole, fraction)) => digits(whole) && digits(fraction),
+            None => digits(unsigned),
+        };
         if !plain {
             return Err(AmountError::NotANumber);
         }
-        let value = Decimal::from_str(trimmed).map_err(|_| AmountError::NotANumber)?;
+        Self::from_decimal(Decimal::from_str(trimmed).map_err(|_| AmountError::NotANumber)?)
+    }
+
+    /// Parses a JSON number literal, which may use an exponent (`1.25e2`).
+    pub fn parse_json_number(literal: &str) -> Result<Self, AmountError> {
+        if literal.contains(['e', 'E']) {
+            Self::from_decimal(
+                Decimal::from_scientific(literal).map_err(|_| AmountError::NotANumber)?,
+            )
+        } else {
+            Self::parse(literal)
+        }
+    }
+
+    /// The value is what counts, not how it is written: `7.000` is 7 dollars.
+    fn from_decimal(value: Decimal) -> Result<Self, AmountError> {
         let value = value.normalize();
         if value.scale() > 2 {
             return Err(AmountError::TooPrecise);
@@ -144,6 +161,10 @@ mod tests {
             ("", AmountError::NotANumber),
             ("1e3", AmountError::NotANumber),
             ("1,000", AmountError::NotANumber),
+            (".5", AmountError::NotANumber),
+            ("5.", AmountError::NotANumber),
+            ("+5", AmountError::NotANumber),
+            ("--5", AmountError::NotANumber),
             ("NaN", AmountError::NotANumber),
             (
                 "99999999999999999999",
@@ -153,6 +174,21 @@ mod tests {
             assert_eq!(Amount::parse(input), Err(error), "{input}");
         }
         assert_eq!(Amount::parse_positive("-1"), Err(AmountError::Negative));
+    }
+
+    #[test]
+    fn json_numbers_may_use_exponents() {
+        for (literal, cents) in [("-1e1", -1000), ("1.25E2", 12500), ("-0.1e1", -100)] {
+            assert_eq!(
+                Amount::parse_json_number(literal).map(Amount::cents),
+                Ok(cents),
+                "{literal}"
+            );
+        }
+        assert_eq!(
+            Amount::parse_json_number("1e-3"),
+            Err(AmountError::TooPrecise)
+        );
     }
 
     #[test]

@@ -51,6 +51,13 @@ impl Phone {
         if number.code().value() != 1 || !phonenumber::is_valid(&number) {
             return Err(invalid());
         }
+        // A payment goes to a line, not an extension; and libphonenumber's US
+        // patterns let through N11 exchanges (211, 411, 911…), which NANP
+        // reserves for services and never assigns to a subscriber.
+        let national = number.national().value().to_string();
+        if number.extension().is_some() || national.get(4..6) == Some("11") {
+            return Err(invalid());
+        }
         Ok(Self(
             number.format().mode(phonenumber::Mode::E164).to_string(),
         ))
@@ -113,6 +120,9 @@ mod tests {
             "+44 20 7946 0958",
             "(012) 555-0187",
             "phone",
+            "212-911-0187",
+            "212-411-0187",
+            "2125550187 ext 5",
         ] {
             assert!(Phone::parse(bad).is_err(), "{bad}");
         }

@@ -254,9 +254,10 @@ pub async fn update(
         .await?
         .into_iter()
         .next()
-        .filter(|p| p.kind == kinds::PAYMENT && is_party(p, &user.id))
+        .filter(|p| is_party(p, &user.id))
         .ok_or(UpdateError::NotFound)?;
-    if payment.status != PaymentStatus::Pending.as_str() {
+    // A refund is settled from birth, so like any settled payment it cannot change.
+    if payment.kind != kinds::PAYMENT || payment.status != PaymentStatus::Pending.as_str() {
         return Err(UpdateError::InvalidState);
     }
     let is_actor = payment.actor_id.as_deref() == Some(user.id.as_str());
@@ -273,14 +274,21 @@ pub async fn update(
             ))
         }
         Update::Approve => {
-            let actor = payment.actor_id.clone().ok_or(UpdateError::NotFound)?;
-            let mut t = base(&payment, PaymentStatus::Settled, "charge", now);
-            t.moves.push(Move {
-                from: user.id.clone(),
-                to: actor,
-                cents: payment.amount_cents,
-            });
-            t
+            let actor_id = payment.actor_id.clone().ok_or(UpdateError::NotFound)?;
+            let actor = store.find_user(UserKey::Id(&actor_id)).await?;
+            if actor.is_none_or(|a| a.suspended) {
+                // Like a pay to a suspended account: the charge fails and no
+                // money goes to an account that cannot use it.
+                base(&payment, PaymentStatus::Failed, "fail", now)
+            } else {
+                let mut t = base(&payment, PaymentStatus::Settled, "charge", now);
+                t.moves.push(Move {
+                    from: user.id.clone(),
+                    to: actor_id,
+                    cents: payment.amount_cents,
+                });
+                t
+            }
         }
         Update::Deny => base(&payment, PaymentStatus::Cancelled, "cancel", now),
         Update::Cancel if !is_actor => {
@@ -349,13 +357,14 @@ fn returning(payment: &Payment, status: PaymentStatus, now: i64) -> Transition {
 }
 
 /// The payment that returns a held pay to its actor (SPEC §5): a settled pay of
-/// the same amount whose target is the original actor, made by the original
-/// target's account if it reached one.
+/// the same amount whose target is the original actor. Its actor is null: the
+/// money comes back from Tally's hold, never from the original target, who did
+/// not receive it.
 fn refund_of(payment: &Payment, now: i64) -> Payment {
     Payment {
         id: new_id(),
         kind: kinds::REFUND.to_owned(),
-        actor_id: payment.target_user_id.clone(),
+        actor_id: None,
         target_type: "user".to_owned(),
         target_user_id: payment.actor_id.clone(),
         target_email: None,

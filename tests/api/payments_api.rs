@@ -14,6 +14,7 @@ on_both_backends!(
     a_pay_settles_only_after_the_settlement_delay,
     a_pay_to_a_suspended_account_fails_and_is_refunded,
     a_pay_to_an_email_is_claimed_when_an_account_verifies_it,
+    an_account_added_verified_by_the_operator_claims_what_waits_for_it,
     a_pay_to_an_email_is_claimed_when_its_owner_signs_up_and_follows_the_link,
     unclaimed_payments_expire_and_pays_come_back,
     charges_are_approved_denied_or_cancelled_by_the_right_party,
@@ -165,8 +166,17 @@ async fn a_pay_to_a_suspended_account_fails_and_is_refunded(backend: Backend) {
     assert_eq!(refund["amount"], 3.25);
     assert_eq!(refund["target"]["type"], "user");
     assert_user_object(&refund["target"]["user"], &ann.id, "ann");
-    assert_user_object(&refund["actor"], &bob.id, "bob");
+    // The money comes back from the hold, not from bob, who never had it.
+    assert!(refund["actor"].is_null(), "{refund}");
     assert!(refund["refund"].is_null());
+    // A refund is settled; like any payment that is not pending, it cannot change.
+    app.put(
+        &format!("/payments/{}", id(refund)),
+        &ann.token,
+        json!({"action": "cancel"}),
+    )
+    .await
+    .error(409, "invalid_state");
     assert_eq!(balance_cents(store, &ann.id).await, 1000);
     assert_eq!(balance_cents(store, &bob.id).await, 0);
     // Refunds are not items of the list.
@@ -253,6 +263,52 @@ async fn a_pay_to_an_email_is_claimed_when_an_account_verifies_it(backend: Backe
     assert_eq!(approved.ok()["payment"]["status"], "settled");
     assert_eq!(balance_cents(store, &bob.id).await, 400);
     assert_eq!(balance_cents(store, &ann.id).await, 600);
+    audit_ok(store).await;
+}
+
+async fn an_account_added_verified_by_the_operator_claims_what_waits_for_it(backend: Backend) {
+    let Some(app) = TestApp::spawn(backend).await else {
+        return;
+    };
+    let store = app.store.as_ref();
+    let ann = person(store, "ann", "10").await;
+    let payment = app
+        .post(
+            "/payments",
+            &ann.token,
+            json!({"email": "cleo@example.com", "amount": "4", "note": "hi"}),
+        )
+        .await
+        .ok()["payment"]
+        .clone();
+    let db_url = app.db.url_string();
+    let run = tokio::task::spawn_blocking(move || {
+        crate::helpers::tally(
+            &db_url,
+            &[
+                "admin",
+                "user",
+                "add",
+                "--username",
+                "cleo",
+                "--password",
+                "correct horse battery",
+                "--email",
+                "Cleo@example.com",
+                "--verified",
+                "--json",
+            ],
+        )
+    })
+    .await
+    .unwrap();
+    assert!(run.status.success(), "{}", run.stderr);
+    let cleo_id = run.json()["id"].as_str().unwrap().to_owned();
+    let settled = app
+        .wait_for_status(&ann.token, &id(&payment), "settled")
+        .await;
+    assert_eq!(settled["target"]["user"]["id"], cleo_id.as_str());
+    assert_eq!(balance_cents(store, &cleo_id).await, 400);
     audit_ok(store).await;
 }
 
@@ -456,6 +512,41 @@ async fn charges_are_approved_denied_or_cancelled_by_the_right_party(backend: Ba
         "{}",
         answer.body
     );
+    // A charge from an account suspended since fails when approved: no money
+    // goes to an account that cannot use it.
+    let from_suspended = app.pay(&ann, &bob, "-1").await.ok()["payment"].clone();
+    suspend(store, &ann.id).await;
+    let before = balance_cents(store, &bob.id).await;
+    let answer = app
+        .put(
+            &format!("/payments/{}", id(&from_suspended)),
+            &bob.token,
+            json!({"action": "approve"}),
+        )
+        .await;
+    assert_eq!(
+        answer.ok()["payment"]["status"],
+        "failed",
+        "{}",
+        answer.body
+    );
+    assert!(answer.ok()["payment"]["date_completed"].is_string());
+    assert_eq!(balance_cents(store, &bob.id).await, before);
+    // An amount may be any JSON number, exponents included.
+    let response = app
+        .http
+        .post(app.url("/v1/payments"))
+        .bearer_auth(&bob.token)
+        .header("content-type", "application/json")
+        .body(format!(
+            r#"{{"user_id":"{}","note":"x","amount":-2.5e0}}"#,
+            eve.id
+        ))
+        .send()
+        .await
+        .unwrap();
+    let text = response.text().await.unwrap();
+    assert!(text.contains(r#""amount":2.50"#), "{text}");
     audit_ok(store).await;
 }
 
@@ -576,7 +667,17 @@ async fn bad_inputs_are_refused_with_their_code_and_write_nothing(backend: Backe
         (with(json!({"note": ""})), 400, "invalid_note"),
         (with(json!({"note": "   "})), 400, "invalid_note"),
         (with(json!({"note": long_note})), 400, "invalid_note"),
-        (with(json!({"note": {"a": 1}})), 400, "invalid_note"),
+        // The wrong JSON type is a malformed request, not a bad value.
+        (with(json!({"note": {"a": 1}})), 400, "invalid_request"),
+        (with(json!({"note": 5})), 400, "invalid_request"),
+        (with(json!({"user_id": 5})), 400, "invalid_request"),
+        (with(json!({"amount": ".5"})), 400, "invalid_amount"),
+        (with(json!({"amount": "+5"})), 400, "invalid_amount"),
+        (
+            with(json!({"amount": "-100000000000000000000000"})),
+            400,
+            "invalid_amount",
+        ),
         (with(json!({"user_id": null})), 400, "invalid_target"),
         (
             with(json!({"email": "x@example.com"})),
@@ -616,7 +717,17 @@ async fn bad_inputs_are_refused_with_their_code_and_write_nothing(backend: Backe
             400,
             "invalid_audience",
         ),
-        (with(json!({"audience": 5})), 400, "invalid_audience"),
+        (with(json!({"audience": 5})), 400, "invalid_request"),
+        (
+            with(json!({"user_id": null, "phone": "212-911-0187"})),
+            400,
+            "invalid_target",
+        ),
+        (
+            with(json!({"user_id": null, "phone": "2125550187 ext 5"})),
+            400,
+            "invalid_target",
+        ),
     ];
     for (body, status, code) in &cases {
         let answer = app.post("/payments", &ann.token, body.clone()).await;
@@ -648,10 +759,26 @@ async fn bad_inputs_are_refused_with_their_code_and_write_nothing(backend: Backe
         .await
         .unwrap();
     assert_eq!(response.status(), 400);
+    // A key given twice is ambiguous in JSON too (serde would keep the last).
+    let response = app
+        .http
+        .post(app.url("/v1/payments"))
+        .bearer_auth(&ann.token)
+        .header("content-type", "application/json")
+        .body(format!(
+            r#"{{"user_id":"{}","note":"x","amount":1,"amount":2}}"#,
+            bob.id
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 400);
+    assert!(response.text().await.unwrap().contains("invalid_request"));
 
     // Reads and updates.
     for (path, code) in [
         ("/payments?limit=0", "invalid_request"),
+        ("/payments?limit=1&limit=5", "invalid_request"),
         ("/payments?limit=-1", "invalid_request"),
         ("/payments?limit=ten", "invalid_request"),
         ("/payments?action=refund", "invalid_request"),
@@ -778,6 +905,19 @@ async fn payments_are_listed_newest_first_and_filtered(backend: Backend) {
         .len(),
         0
     );
+    // Both bounds are strict on the date_created clients see, to the second:
+    // polling with `after` = the newest date seen does not return it again.
+    let newest = all.ok().as_array().unwrap()[0].clone();
+    let shown = newest["date_created"].as_str().unwrap();
+    for bound in ["after", "before"] {
+        let listed = ids(&app
+            .get(&format!("/payments?{bound}={shown}"), &ann.token)
+            .await);
+        assert!(
+            !listed.contains(&id(&newest)),
+            "{bound}={shown}: {listed:?}"
+        );
+    }
     // The cancelled pay shows its refund; the list never shows refunds as items.
     let listed = all.ok().as_array().unwrap();
     assert_eq!(listed[2]["refund"]["status"], "settled");

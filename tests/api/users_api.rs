@@ -273,6 +273,18 @@ async fn each_endpoint_refuses_a_token_without_its_scope(backend: Backend) {
         answer.error(403, "insufficient_scope");
         let message = answer.body["error"]["message"].as_str().unwrap();
         assert!(message.contains(scope), "{method} {path}: {message}");
+        let challenge = answer.headers["www-authenticate"].to_str().unwrap();
+        assert!(
+            challenge.contains(r#"error="insufficient_scope""#) && challenge.contains(scope),
+            "{method} {path}: {challenge}"
+        );
+        if path.starts_with("/payments") && method == Method::GET {
+            // Either scope reads payments, and the refusal says so.
+            assert!(
+                message.contains("access_payment_history"),
+                "{method} {path}: {message}"
+            );
+        }
     }
     // access_payment_history reads payments as access_profile does.
     assert_eq!(app.get("/payments", &history_only).await.status, 200);
@@ -343,7 +355,7 @@ async fn unknown_paths_and_wrong_methods_answer_json_errors(backend: Backend) {
     app.put("/me", &ann.token, json!({}))
         .await
         .error(405, "method_not_allowed");
-    crate::fixtures::call(
+    let answer = crate::fixtures::call(
         &app.http,
         &app.origin,
         reqwest::Method::DELETE,
@@ -351,8 +363,9 @@ async fn unknown_paths_and_wrong_methods_answer_json_errors(backend: Backend) {
         Some(&ann.token),
         None,
     )
-    .await
-    .error(405, "method_not_allowed");
+    .await;
+    answer.error(405, "method_not_allowed");
+    assert_eq!(answer.headers["allow"], "GET, POST");
     // Bodies other than form fields or JSON are refused, and so are huge ones.
     let response = app
         .http
@@ -397,6 +410,12 @@ async fn bad_tokens_get_401_with_www_authenticate(backend: Backend) {
         answer.error(401, "invalid_token");
         let challenge = answer.headers["www-authenticate"].to_str().unwrap();
         assert!(challenge.starts_with("Bearer"), "{challenge}");
+        // RFC 6750 §3.1: without any token the challenge names no error.
+        assert_eq!(
+            challenge.contains(r#"error="invalid_token""#),
+            token.is_some(),
+            "{challenge}"
+        );
     }
     crate::fixtures::suspend(app.store.as_ref(), &ann.id).await;
     app.get("/me", &ann.token)
