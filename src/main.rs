@@ -123,10 +123,38 @@ enum FriendCommand {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    // `admin … --json` promises one JSON object on stdout, even when the
+    // arguments or the settings are refused before the command runs.
+    let wants_json = {
+        let args: Vec<String> = std::env::args().skip(1).collect();
+        args.first().is_some_and(|a| a == "admin") && args.iter().any(|a| a == "--json")
+    };
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if !e.use_stderr() => e.exit(), // --help and --version
+        Err(e) => {
+            if wants_json {
+                // clap's first paragraph, without its "error: " and the usage.
+                let rendered = e.to_string();
+                let message = rendered
+                    .lines()
+                    .map(str::trim)
+                    .take_while(|line| !line.is_empty())
+                    .collect::<Vec<_>>()
+                    .join(" ");
+                let message = message.strip_prefix("error: ").unwrap_or(&message);
+                print_failure_json(message, "invalid_arguments");
+            }
+            let _ = e.print();
+            return ExitCode::from(2);
+        }
+    };
     let settings = match Settings::from_env() {
         Ok(settings) => settings,
         Err(e) => {
+            if wants_json {
+                print_failure_json(&e.to_string(), "invalid_setting");
+            }
             eprintln!("tally: {e}");
             return ExitCode::from(2);
         }
@@ -354,24 +382,26 @@ fn admin_failure(json: bool, error: &AdminError) -> ExitCode {
         tracing::error!(error = ?cause, "admin command failed");
     }
     if json {
-        #[derive(Serialize)]
-        struct Failure<'a> {
-            error: FailureBody<'a>,
-        }
-        #[derive(Serialize)]
-        struct FailureBody<'a> {
-            message: String,
-            code: &'a str,
-        }
-        print_json(&Failure {
-            error: FailureBody {
-                message: error.to_string(),
-                code: error.code(),
-            },
-        });
+        print_failure_json(&error.to_string(), error.code());
     }
     eprintln!("tally: {error}");
     ExitCode::FAILURE
+}
+
+/// `{"error":{"message","code"}}`, the one object a failed `--json` run prints.
+fn print_failure_json(message: &str, code: &str) {
+    #[derive(Serialize)]
+    struct Failure<'a> {
+        error: FailureBody<'a>,
+    }
+    #[derive(Serialize)]
+    struct FailureBody<'a> {
+        message: &'a str,
+        code: &'a str,
+    }
+    print_json(&Failure {
+        error: FailureBody { message, code },
+    });
 }
 
 fn print_json<T: Serialize>(value: &T) {

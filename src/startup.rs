@@ -121,10 +121,11 @@ impl Application {
                     .cookie_http_only(true)
                     .cookie_same_site(SameSite::Lax)
                     .cookie_content_security(CookieContentSecurity::Private)
-                    .session_lifecycle(
-                        PersistentSession::default()
-                            .session_ttl(actix_web::cookie::time::Duration::hours(12)),
-                    )
+                    .session_lifecycle(PersistentSession::default().session_ttl(
+                        actix_web::cookie::time::Duration::seconds(
+                            pages::session::SESSION_TTL.as_secs() as i64,
+                        ),
+                    ))
                     .build();
             App::new()
                 .wrap(sessions)
@@ -132,7 +133,9 @@ impl Application {
                 .wrap(from_fn(telemetry::access_log))
                 .app_data(state.clone())
                 .app_data(web::PayloadConfig::new(MAX_BODY_BYTES))
+                .app_data(pages::form_config())
                 .configure(routes)
+                .default_service(web::to(pages::not_found))
         });
         let server = match tls {
             Some(config) => server.listen_rustls_0_23(listener, config)?,
@@ -197,12 +200,16 @@ async fn oauth_rate_limit(
         let ip = pages::signin::client_ip(req.request());
         state.rate_limits.check_oauth(ip).err()
     });
-    match limited {
-        Some(wait) => Err(api::ApiError::RateLimited {
-            retry_after_secs: wait.as_secs() + 1,
-        }
-        .into()),
-        None => next.call(req).await,
+    let Some(wait) = limited else {
+        return next.call(req).await;
+    };
+    let retry_after_secs = wait.as_secs() + 1;
+    // People open the authorize URL in a browser: they get a page. The JSON
+    // endpoints answer in their own (RFC 6749) error shape.
+    if req.path().ends_with("/authorize") {
+        Err(pages::PageError::TooManyRequests { retry_after_secs }.into())
+    } else {
+        Err(api::oauth::OAuthError::rate_limited(retry_after_secs).into())
     }
 }
 

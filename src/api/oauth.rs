@@ -6,7 +6,7 @@ use super::params::Params;
 use super::render::UserView;
 use super::ApiError;
 use crate::auth::Principal;
-use crate::domain::{Money, Scope};
+use crate::domain::{Money, Scope, ScopeSet};
 use crate::oauth::grants::{self, GrantError, GrantRequest};
 use crate::oauth::{credentials, introspect, IntrospectError};
 use crate::startup::AppState;
@@ -26,6 +26,8 @@ pub struct OAuthError {
     status: StatusCode,
     /// The client authenticated with HTTP Basic, so a 401 names that scheme.
     basic: bool,
+    /// Seconds for `Retry-After` on a 429.
+    retry_after_secs: Option<u64>,
 }
 
 impl OAuthError {
@@ -35,6 +37,19 @@ impl OAuthError {
             description: description.into(),
             status: StatusCode::BAD_REQUEST,
             basic: false,
+            retry_after_secs: None,
+        }
+    }
+
+    /// Too many requests from one address (SPEC §9). RFC 6749 has no code for
+    /// it, so the error names it as the REST API does.
+    pub fn rate_limited(retry_after_secs: u64) -> Self {
+        Self {
+            error: "rate_limited",
+            description: format!("too many requests; retry in {retry_after_secs} seconds"),
+            status: StatusCode::TOO_MANY_REQUESTS,
+            basic: false,
+            retry_after_secs: Some(retry_after_secs),
         }
     }
 }
@@ -61,6 +76,7 @@ impl From<GrantError> for OAuthError {
             description,
             status,
             basic: false,
+            retry_after_secs: None,
         }
     }
 }
@@ -93,6 +109,9 @@ impl ResponseError for OAuthError {
             };
             response.insert_header((header::WWW_AUTHENTICATE, scheme));
         }
+        if let Some(secs) = self.retry_after_secs {
+            response.insert_header((header::RETRY_AFTER, secs.to_string()));
+        }
         response.json(ErrorBody {
             error: self.error,
             error_description: &self.description,
@@ -109,9 +128,17 @@ fn no_store(response: &mut actix_web::HttpResponseBuilder) {
 
 async fn read_params(req: &HttpRequest, payload: web::Payload) -> Result<Params, OAuthError> {
     let mut payload = payload.into_inner();
-    Params::extract(req, &mut payload)
-        .await
-        .map_err(|e| OAuthError::invalid_request(e.to_string()))
+    Params::extract(req, &mut payload).await.map_err(|e| {
+        let status = match e {
+            ApiError::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            _ => StatusCode::BAD_REQUEST,
+        };
+        OAuthError {
+            status,
+            ..OAuthError::invalid_request(e.to_string())
+        }
+    })
 }
 
 fn text(params: &Params, name: &str) -> Result<Option<String>, OAuthError> {
@@ -218,7 +245,14 @@ pub async fn token(
             code_verifier: text(&params, "code_verifier")?,
         },
         (Some("refresh_token") | None, None, Some(refresh_token)) => {
-            GrantRequest::RefreshToken { refresh_token }
+            let scope = text(&params, "scope")?
+                .map(|s| ScopeSet::parse(&s))
+                .transpose()
+                .map_err(|e| GrantError::InvalidScope(e.to_string()))?;
+            GrantRequest::RefreshToken {
+                refresh_token,
+                scope,
+            }
         }
         (Some("authorization_code"), None, _) => {
             return Err(OAuthError::invalid_request("code is required"))

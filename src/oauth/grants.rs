@@ -4,7 +4,9 @@
 use super::credentials::{self, IssuedCredential};
 use super::tokens::{self, REFRESH_TTL, SERVER_SIDE_TTL};
 use crate::domain::{now_micros, ScopeSet};
-use crate::store::{App, CodeUse, RefreshUse, Store, StoreError, TokenKind, User, UserKey};
+use crate::store::{
+    App, CodeRecord, CodeUse, RefreshUse, Store, StoreError, TokenKind, User, UserKey,
+};
 use base64::Engine;
 use sha2::{Digest, Sha256};
 
@@ -18,6 +20,9 @@ pub enum GrantRequest {
     },
     RefreshToken {
         refresh_token: String,
+        /// RFC 6749 §6: may not exceed what was granted. The new tokens carry
+        /// the grant's scopes (the answer's `scope` says which).
+        scope: Option<ScopeSet>,
     },
 }
 
@@ -30,6 +35,8 @@ pub enum GrantError {
     InvalidClient(String),
     #[error("{0}")]
     InvalidGrant(String),
+    #[error("{0}")]
+    InvalidScope(String),
     #[error("grant_type must be authorization_code or refresh_token")]
     UnsupportedGrantType,
     #[error(transparent)]
@@ -42,6 +49,7 @@ impl GrantError {
             Self::InvalidRequest(_) => "invalid_request",
             Self::InvalidClient(_) => "invalid_client",
             Self::InvalidGrant(_) => "invalid_grant",
+            Self::InvalidScope(_) => "invalid_scope",
             Self::UnsupportedGrantType => "unsupported_grant_type",
             Self::Store(_) => "server_error",
         }
@@ -90,60 +98,58 @@ pub async fn exchange(
             redirect_uri,
             code_verifier,
         } => {
-            let record = match store
-                .use_code(&credentials::digest(&code), &app.client_id, now)
+            let check =
+                |record: &CodeRecord| check_code(record, now, &redirect_uri, &code_verifier);
+            match store
+                .exchange_code(
+                    &credentials::digest(&code),
+                    &app.client_id,
+                    now,
+                    &check,
+                    &[access_row, refresh_row],
+                )
                 .await?
             {
-                CodeUse::First(record) => record,
+                CodeUse::Issued(record) => (record.user_id, record.scopes),
+                CodeUse::Refused(reason) => return Err(GrantError::InvalidGrant(reason)),
+                CodeUse::Revoked => {
+                    return Err(GrantError::InvalidGrant(
+                        "the authorization was revoked".into(),
+                    ))
+                }
                 CodeUse::Replayed => {
                     return Err(GrantError::InvalidGrant(
-                        "the code was already used; every token issued from it is revoked".into(),
+                        "the code was already presented (codes work once, even when the \
+                         first exchange failed); any token issued from it is now revoked"
+                            .into(),
                     ))
                 }
                 CodeUse::Unknown => {
                     return Err(GrantError::InvalidGrant("the code is unknown".into()))
                 }
-            };
-            // The code is spent whatever happens next: a failed check burns it.
-            if record.expires_at <= now {
-                return Err(GrantError::InvalidGrant("the code has expired".into()));
             }
-            if record.redirect_uri.is_some() && record.redirect_uri != redirect_uri {
-                return Err(GrantError::InvalidGrant(
-                    "redirect_uri does not match the one given at authorization".into(),
-                ));
-            }
-            match (&record.code_challenge, code_verifier) {
-                (Some(challenge), Some(verifier)) => {
-                    if !pkce_matches(challenge, &verifier) {
-                        return Err(GrantError::InvalidGrant(
-                            "code_verifier does not match the code_challenge".into(),
-                        ));
+        }
+        GrantRequest::RefreshToken {
+            refresh_token,
+            scope,
+        } => {
+            let digest = credentials::digest(&refresh_token);
+            if let Some(requested) = scope {
+                // Checked before the token is spent, so a refused request
+                // leaves it usable. An unknown token fails below as usual.
+                if let Some(record) = store.find_token(&digest).await? {
+                    let granted = ScopeSet::parse(&record.scopes).map_err(|e| {
+                        StoreError::Unexpected(anyhow::anyhow!("stored scopes unreadable: {e}"))
+                    })?;
+                    if !requested.is_subset(&granted) {
+                        return Err(GrantError::InvalidScope(format!(
+                            "scope may not exceed what was granted: {granted}"
+                        )));
                     }
                 }
-                (Some(_), None) => {
-                    return Err(GrantError::InvalidGrant("code_verifier is required".into()))
-                }
-                (None, Some(_)) => {
-                    return Err(GrantError::InvalidGrant(
-                        "code_verifier given but no code_challenge was".into(),
-                    ))
-                }
-                (None, None) => {}
             }
-            store
-                .insert_tokens(&record.grant_id, &[access_row, refresh_row])
-                .await?;
-            (record.user_id, record.scopes)
-        }
-        GrantRequest::RefreshToken { refresh_token } => {
             match store
-                .rotate_refresh_token(
-                    &credentials::digest(&refresh_token),
-                    &app.client_id,
-                    now,
-                    &[access_row, refresh_row],
-                )
+                .rotate_refresh_token(&digest, &app.client_id, now, &[access_row, refresh_row])
                 .await?
             {
                 RefreshUse::Rotated(grant) => (grant.user_id, grant.scopes),
@@ -175,6 +181,30 @@ pub async fn exchange(
         scopes,
         user,
     })
+}
+
+/// The checks of RFC 6749 §4.1.3 and RFC 7636 §4.6 on a code being spent; a
+/// failure spends it all the same.
+fn check_code(
+    record: &CodeRecord,
+    now: i64,
+    redirect_uri: &Option<String>,
+    code_verifier: &Option<String>,
+) -> Result<(), String> {
+    if record.expires_at <= now {
+        return Err("the code has expired".into());
+    }
+    if record.redirect_uri.is_some() && record.redirect_uri != *redirect_uri {
+        return Err("redirect_uri does not match the one given at authorization".into());
+    }
+    match (&record.code_challenge, code_verifier) {
+        (Some(challenge), Some(verifier)) if !pkce_matches(challenge, verifier) => {
+            Err("code_verifier does not match the code_challenge".into())
+        }
+        (Some(_), None) => Err("code_verifier is required".into()),
+        (None, Some(_)) => Err("code_verifier given but no code_challenge was".into()),
+        _ => Ok(()),
+    }
 }
 
 /// RFC 7636 §4.6: BASE64URL(SHA256(verifier)) == challenge.

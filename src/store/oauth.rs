@@ -93,13 +93,23 @@ pub struct CodeRecord {
 
 #[derive(Debug)]
 pub enum CodeUse {
-    /// First use: the code is now spent.
-    First(CodeRecord),
+    /// First use, checks passed: the code is spent and the tokens are stored.
+    Issued(CodeRecord),
+    /// First use, a check failed (the reason): the code is spent all the same.
+    Refused(String),
+    /// First use, but the user revoked the authorization since: spent, nothing
+    /// issued.
+    Revoked,
     /// The code was spent before; its grant (every token issued from it) has
     /// now been revoked.
     Replayed,
+    /// Unknown, or another client's (which leaves it untouched).
     Unknown,
 }
+
+/// What must hold of a code before tokens are issued for it (expiry,
+/// `redirect_uri`, PKCE); `Err` gives the reason.
+pub type CodeCheck<'a> = &'a (dyn Fn(&CodeRecord) -> Result<(), String> + Send + Sync);
 
 #[derive(Debug)]
 pub enum RefreshUse {
@@ -140,15 +150,17 @@ pub trait OAuthStore: Send + Sync {
         code: &NewCode,
     ) -> Result<(), StoreError>;
 
-    /// Spends a code of `client_id` at `now`. A replay revokes the code's grant.
-    async fn use_code(
+    /// Spends a code of `client_id` and, if `check` passes and its grant is
+    /// still live, stores `tokens` under that grant: one transaction, so of
+    /// simultaneous exchanges exactly one is first. A replay revokes the grant.
+    async fn exchange_code(
         &self,
         digest: &str,
         client_id: &str,
         now: i64,
+        check: CodeCheck<'_>,
+        tokens: &[NewToken],
     ) -> Result<CodeUse, StoreError>;
-    /// Stores tokens under an existing grant.
-    async fn insert_tokens(&self, grant_id: &str, tokens: &[NewToken]) -> Result<(), StoreError>;
 
     /// Spends a refresh token of `client_id` and stores its successors, in one
     /// transaction. A replay of a spent refresh token revokes its family.
@@ -296,13 +308,17 @@ macro_rules! impl_oauth_store {
             }
 
             #[tracing::instrument(skip_all)]
-            async fn use_code(
+            async fn exchange_code(
                 &self,
                 digest: &str,
                 client_id: &str,
                 now: i64,
+                check: $crate::store::CodeCheck<'_>,
+                tokens: &[NewToken],
             ) -> Result<CodeUse, StoreError> {
                 let mut tx = self.write().await?;
+                // Spends the code; on PostgreSQL a simultaneous exchange waits
+                // here on the row lock, then finds it spent.
                 let spent: Option<String> = sqlx::query_scalar(
                     "UPDATE oauth_codes SET used_at = $2 WHERE digest = $1 AND used_at IS NULL \
                      RETURNING grant_id",
@@ -312,7 +328,7 @@ macro_rules! impl_oauth_store {
                 .fetch_optional(&mut *tx)
                 .await?;
                 let outcome = match spent {
-                    Some(_) => {
+                    Some(grant_id) => {
                         let record = sqlx::query_as::<_, CodeRecord>(
                             "SELECT c.grant_id, g.client_id, g.user_id, g.scopes, c.redirect_uri, \
                              c.code_challenge, c.expires_at \
@@ -322,10 +338,29 @@ macro_rules! impl_oauth_store {
                         .bind(digest)
                         .fetch_one(&mut *tx)
                         .await?;
-                        if record.client_id.as_deref() == Some(client_id) {
-                            CodeUse::First(record)
+                        if record.client_id.as_deref() != Some(client_id) {
+                            // Not this client's code: leave it as it was.
+                            return Ok(CodeUse::Unknown);
+                        }
+                        // Locks the grant (PostgreSQL), so a revocation either
+                        // came first and is seen here, or waits and then
+                        // revokes these tokens too.
+                        let live: Option<String> = sqlx::query_scalar(
+                            "UPDATE oauth_grants SET revoked_at = revoked_at \
+                             WHERE id = $1 AND revoked_at IS NULL RETURNING id",
+                        )
+                        .bind(&grant_id)
+                        .fetch_optional(&mut *tx)
+                        .await?;
+                        if live.is_none() {
+                            CodeUse::Revoked
+                        } else if let Err(reason) = check(&record) {
+                            CodeUse::Refused(reason)
                         } else {
-                            CodeUse::Unknown
+                            for token in tokens {
+                                insert_token(&mut tx, &grant_id, token).await?;
+                            }
+                            CodeUse::Issued(record)
                         }
                     }
                     None => {
@@ -347,20 +382,6 @@ macro_rules! impl_oauth_store {
                 };
                 tx.commit().await?;
                 Ok(outcome)
-            }
-
-            #[tracing::instrument(skip_all)]
-            async fn insert_tokens(
-                &self,
-                grant_id: &str,
-                tokens: &[NewToken],
-            ) -> Result<(), StoreError> {
-                let mut tx = self.write().await?;
-                for token in tokens {
-                    insert_token(&mut tx, grant_id, token).await?;
-                }
-                tx.commit().await?;
-                Ok(())
             }
 
             #[tracing::instrument(skip_all)]

@@ -106,6 +106,16 @@ pub trait PagesStore: Send + Sync {
         stale_before: i64,
     ) -> Result<(), StoreError>;
 
+    /// Records that a browser session was signed out; it stays refused until
+    /// `expires_at`, when its cookie has expired anyway (older records go).
+    async fn end_session(
+        &self,
+        session_id: &str,
+        expires_at: i64,
+        now: i64,
+    ) -> Result<(), StoreError>;
+    async fn session_ended(&self, session_id: &str) -> Result<bool, StoreError>;
+
     async fn apps_of_owner(&self, owner_id: &str) -> Result<Vec<App>, StoreError>;
     /// Changes an app's details if `owner_id` owns it.
     async fn update_own_app(
@@ -342,6 +352,41 @@ macro_rules! impl_pages_store {
                 .await?;
                 tx.commit().await?;
                 Ok(())
+            }
+
+            #[tracing::instrument(skip_all)]
+            async fn end_session(
+                &self,
+                session_id: &str,
+                expires_at: i64,
+                now: i64,
+            ) -> Result<(), StoreError> {
+                let mut tx = self.write().await?;
+                sqlx::query("DELETE FROM ended_sessions WHERE expires_at < $1")
+                    .bind(now)
+                    .execute(&mut *tx)
+                    .await?;
+                sqlx::query(
+                    "INSERT INTO ended_sessions (session_id, expires_at) VALUES ($1, $2) \
+                     ON CONFLICT (session_id) DO NOTHING",
+                )
+                .bind(session_id)
+                .bind(expires_at)
+                .execute(&mut *tx)
+                .await?;
+                tx.commit().await?;
+                Ok(())
+            }
+
+            #[tracing::instrument(skip_all)]
+            async fn session_ended(&self, session_id: &str) -> Result<bool, StoreError> {
+                let found: Option<String> = sqlx::query_scalar(
+                    "SELECT session_id FROM ended_sessions WHERE session_id = $1",
+                )
+                .bind(session_id)
+                .fetch_optional(self.reader())
+                .await?;
+                Ok(found.is_some())
             }
 
             #[tracing::instrument(skip_all)]

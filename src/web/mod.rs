@@ -11,6 +11,7 @@ pub mod session;
 pub mod signin;
 pub mod signup;
 
+use actix_web::error::UrlencodedError;
 use actix_web::http::header::{self, HeaderValue};
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpResponse, HttpResponseBuilder, ResponseError};
@@ -56,6 +57,32 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             web::post().to(developer::personal_token),
         )
         .route("/demo/callback", web::get().to(demo::callback));
+}
+
+/// Form bodies the pages cannot read get an error page (with the page headers),
+/// not the framework's plain text; the size limit is the service's 64 KiB.
+pub fn form_config() -> web::FormConfig {
+    web::FormConfig::default()
+        .limit(crate::startup::MAX_BODY_BYTES)
+        .error_handler(|error, _req| {
+            match error {
+                UrlencodedError::Overflow { .. } => PageError::PayloadTooLarge,
+                UrlencodedError::ContentType => PageError::UnsupportedMediaType,
+                other => PageError::BadRequest(format!("the form cannot be read: {other}")),
+            }
+            .into()
+        })
+}
+
+/// Any path no route serves, outside `/v1`: the home page leads to the
+/// account, anything else is a "not found" page.
+pub async fn not_found(req: actix_web::HttpRequest) -> Result<HttpResponse, PageError> {
+    if req.path() == "/" && req.method() == actix_web::http::Method::GET {
+        return Ok(see_other("/account", None));
+    }
+    Err(PageError::NotFound(
+        "There is no page at this address.".to_owned(),
+    ))
 }
 
 const STYLESHEET: &str = include_str!("../../static/tally.css");
@@ -133,6 +160,10 @@ pub enum PageError {
     SignInRequired { return_to: String },
     #[error("too many attempts; try again in {retry_after_secs} seconds")]
     TooManyRequests { retry_after_secs: u64 },
+    #[error("the form is larger than 64 KiB")]
+    PayloadTooLarge,
+    #[error("send the form as the page does (application/x-www-form-urlencoded)")]
+    UnsupportedMediaType,
     #[error("the service is unavailable; try again later")]
     Unavailable,
     #[error("something went wrong on our side")]
@@ -156,6 +187,8 @@ impl ResponseError for PageError {
             Self::NotFound(_) => StatusCode::NOT_FOUND,
             Self::SignInRequired { .. } => StatusCode::SEE_OTHER,
             Self::TooManyRequests { .. } => StatusCode::TOO_MANY_REQUESTS,
+            Self::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
             Self::Unexpected(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -177,6 +210,7 @@ impl ResponseError for PageError {
             Self::NotFound(_) => "Not found",
             Self::SignInRequired { .. } => "Sign in first",
             Self::TooManyRequests { .. } => "Too many attempts",
+            Self::PayloadTooLarge | Self::UnsupportedMediaType => "This form cannot be accepted",
             Self::Unavailable => "Tally is unavailable",
             Self::Unexpected(_) => "Something went wrong",
         };

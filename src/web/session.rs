@@ -2,6 +2,7 @@
 //! `Secure` under HTTPS) holding the signed-in user and the CSRF token.
 
 use super::PageError;
+use crate::domain::now_micros;
 use crate::oauth::credentials;
 use crate::startup::AppState;
 use crate::store::{User, UserKey};
@@ -16,8 +17,20 @@ pub struct CsrfForm {
 }
 
 const USER_ID: &str = "uid";
+/// A random id for this signed-in session, so signing out can end it.
+const SESSION_ID: &str = "sid";
+/// When the user signed in (microseconds).
+const SIGNED_IN_AT: &str = "since";
 const CSRF: &str = "csrf";
 const FLASH: &str = "flash";
+
+/// How long a sign-in lasts. The cookie's own expiry is the browser's business;
+/// this is checked on the server, so a copied cookie does not outlive it.
+pub const SESSION_TTL: std::time::Duration = std::time::Duration::from_secs(12 * 3600);
+
+fn session_error(e: impl std::fmt::Display) -> PageError {
+    PageError::Unexpected(anyhow::anyhow!("session: {e}"))
+}
 
 /// The CSRF token of this session, made on first use.
 pub fn csrf_token(session: &Session) -> Result<String, PageError> {
@@ -25,9 +38,7 @@ pub fn csrf_token(session: &Session) -> Result<String, PageError> {
         return Ok(token);
     }
     let token = credentials::random_hex(32);
-    session
-        .insert(CSRF, &token)
-        .map_err(|e| PageError::Unexpected(anyhow::anyhow!("session: {e}")))?;
+    session.insert(CSRF, &token).map_err(session_error)?;
     Ok(token)
 }
 
@@ -76,28 +87,58 @@ fn from_own_origin(req: &HttpRequest, public_origin: &str) -> bool {
     }
 }
 
-/// The signed-in user, if the session has one that still exists and is not
-/// suspended.
+/// The signed-in user, if the session has one that is neither too old nor
+/// signed out, and whose account still exists and is not suspended.
 pub async fn current_user(state: &AppState, session: &Session) -> Result<Option<User>, PageError> {
-    let Ok(Some(user_id)) = session.get::<String>(USER_ID) else {
+    let (Ok(Some(user_id)), Ok(Some(session_id)), Ok(Some(since))) = (
+        session.get::<String>(USER_ID),
+        session.get::<String>(SESSION_ID),
+        session.get::<i64>(SIGNED_IN_AT),
+    ) else {
         return Ok(None);
     };
+    if since.saturating_add(ttl_micros()) <= now_micros()
+        || state.store.session_ended(&session_id).await?
+    {
+        session.purge();
+        return Ok(None);
+    }
     let user = state.store.find_user(UserKey::Id(&user_id)).await?;
     Ok(user.filter(|u| !u.suspended))
 }
 
-/// Starts a fresh session for a user who just signed in (a new cookie and a new
-/// CSRF token, against session fixation).
+fn ttl_micros() -> i64 {
+    i64::try_from(SESSION_TTL.as_micros()).unwrap_or(i64::MAX)
+}
+
+/// Starts a fresh session for a user who just signed in (a new cookie, a new
+/// id and a new CSRF token, against session fixation).
 pub fn sign_in(session: &Session, user_id: &str) -> Result<(), PageError> {
     session.renew();
     session.remove(CSRF);
+    session.insert(USER_ID, user_id).map_err(session_error)?;
     session
-        .insert(USER_ID, user_id)
-        .map_err(|e| PageError::Unexpected(anyhow::anyhow!("session: {e}")))
+        .insert(SESSION_ID, credentials::random_hex(16))
+        .map_err(session_error)?;
+    session
+        .insert(SIGNED_IN_AT, now_micros())
+        .map_err(session_error)
 }
 
-pub fn sign_out(session: &Session) {
+/// Ends the session here and everywhere a copy of its cookie is kept.
+pub async fn sign_out(state: &AppState, session: &Session) -> Result<(), PageError> {
+    if let (Ok(Some(session_id)), Ok(Some(since))) = (
+        session.get::<String>(SESSION_ID),
+        session.get::<i64>(SIGNED_IN_AT),
+    ) {
+        let now = now_micros();
+        state
+            .store
+            .end_session(&session_id, since.saturating_add(ttl_micros()), now)
+            .await?;
+    }
     session.purge();
+    Ok(())
 }
 
 /// A message for the next page shown.

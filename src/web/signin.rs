@@ -147,6 +147,6 @@ pub async fn sign_out(
     form: web::Form<CsrfForm>,
 ) -> Result<HttpResponse, PageError> {
     session::check_form(&req, &state, &session, form.csrf_token.as_deref())?;
-    session::sign_out(&session);
+    session::sign_out(&state, &session).await?;
     Ok(see_other("/signin", None))
 }

@@ -9,6 +9,7 @@ use std::net::IpAddr;
 pub struct Browser {
     pub client: reqwest::Client,
     pub origin: String,
+    jar: std::sync::Arc<reqwest::cookie::Jar>,
 }
 
 pub struct Page {
@@ -70,8 +71,9 @@ impl Browser {
 
     /// A browser whose connections come from another loopback address.
     pub fn from(origin: &str, local_address: Option<IpAddr>) -> Self {
+        let jar = std::sync::Arc::new(reqwest::cookie::Jar::default());
         let client = reqwest::Client::builder()
-            .cookie_store(true)
+            .cookie_provider(jar.clone())
             .redirect(reqwest::redirect::Policy::none())
             .local_address(local_address)
             .build()
@@ -79,7 +81,18 @@ impl Browser {
         Self {
             client,
             origin: origin.to_owned(),
+            jar,
         }
+    }
+
+    /// The `Cookie` header this browser sends, as someone copying it would.
+    pub fn cookie_header(&self) -> String {
+        use reqwest::cookie::CookieStore;
+        let url = self.origin.parse().unwrap();
+        self.jar
+            .cookies(&url)
+            .map(|v| v.to_str().unwrap().to_owned())
+            .unwrap_or_default()
     }
 
     fn absolute(&self, url: &str) -> String {

@@ -340,6 +340,32 @@ async fn bad_operator_input_is_refused_and_writes_nothing(backend: Backend) {
         assert!(error["error"]["code"].is_string());
     }
 
+    // Arguments clap refuses, and bad settings, still give one JSON object
+    // under --json (exit code 2, like any refused start).
+    for (args, env, code) in [
+        (
+            &["admin", "--json", "user", "add", "--password", "x"][..],
+            None,
+            "invalid_arguments",
+        ),
+        (
+            &["admin", "--json", "audit", "extra"][..],
+            None,
+            "invalid_arguments",
+        ),
+        (
+            &["admin", "--json", "audit"][..],
+            Some(("TALLY_DEVELOPER_SIGNUP", "maybe")),
+            "invalid_setting",
+        ),
+    ] {
+        let mut vars = vec![("TALLY_DATABASE_URL", url.as_str())];
+        vars.extend(env);
+        let run = crate::helpers::tally_with_env(&vars, args);
+        assert_eq!(run.status.code(), Some(2), "{args:?}");
+        assert_eq!(run.json()["error"]["code"], code, "{args:?}");
+    }
+
     // Nothing was written: still one account, no money, a clean ledger.
     let audit = tally(&url, &["admin", "audit", "--json"]).json();
     assert_eq!(audit["accounts"], 1);

@@ -36,6 +36,8 @@ on_both_backends!(
     too_many_oauth_requests_from_one_address_get_429,
     people_sign_in_with_their_username_email_or_phone,
     each_token_has_its_own_api_rate_limit,
+    a_code_exchanged_after_the_user_revoked_the_app_is_refused,
+    a_refresh_may_not_ask_for_more_scopes_than_were_granted,
 );
 
 async fn spawn(backend: Backend) -> Option<(TestApp, Fixture)> {
@@ -497,7 +499,7 @@ async fn token_endpoint_errors_follow_rfc_6749(backend: Backend) {
         (status, body["error"].as_str()),
         (400, Some("invalid_grant"))
     );
-    let (status, _) = token_request(
+    let (status, body) = token_request(
         &app,
         &[
             ("code", code),
@@ -508,6 +510,25 @@ async fn token_endpoint_errors_follow_rfc_6749(backend: Backend) {
     )
     .await;
     assert_eq!(status, 400, "a code is spent by a failed exchange");
+    assert!(
+        body["error_description"]
+            .as_str()
+            .unwrap()
+            .contains("even when the first exchange failed"),
+        "{body}"
+    );
+
+    // Bodies over 64 KiB: 413, in the endpoint's own error shape.
+    let response = app
+        .http
+        .post(app.url("/v1/oauth/token"))
+        .form(&[("code", "x".repeat(70_000))])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 413);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["error"], "invalid_request");
 
     // A missing verifier, and a redirect_uri that differs from the one given.
     let (challenge, _verifier) = PkceCodeChallenge::new_random_sha256();
@@ -1283,12 +1304,28 @@ async fn too_many_oauth_requests_from_one_address_get_429(backend: Backend) {
         statuses.push(response.status().as_u16());
         if response.status() == 429 {
             retry_after = response.headers().get("retry-after").cloned();
+            // The token endpoint's own error shape (RFC 6749 §5.2), which
+            // OAuth clients parse.
             let body: Value = response.json().await.unwrap();
-            assert_eq!(body["error"]["code"], "rate_limited");
+            assert_eq!(body["error"], "rate_limited");
+            assert!(body["error_description"].is_string());
         }
     }
     assert_eq!(statuses, [401, 401, 401, 429, 429]);
     assert!(retry_after.is_some());
+    // A person opening the authorize URL gets a page, not JSON.
+    let page = app
+        .http
+        .get(app.url("/v1/oauth/authorize?client_id=x&scope=access_profile"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.status(), 429);
+    assert!(page.headers().contains_key("retry-after"));
+    assert!(page.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("text/html"));
     // Other addresses have their own allowance.
     let other = reqwest::Client::builder()
         .local_address(Some("127.0.0.4".parse().unwrap()))
@@ -1460,4 +1497,65 @@ async fn a_session_made_by_one_instance_works_on_another() {
     let account = browser.get(&format!("{}/account", second.origin)).await;
     assert_eq!(account.status, 200, "{}", account.body);
     assert!(account.text().contains(&f.username));
+}
+
+async fn a_code_exchanged_after_the_user_revoked_the_app_is_refused(backend: Backend) {
+    let Some((app, f)) = spawn(backend).await else {
+        return;
+    };
+    let query = authorize_code(&app, &f, "access_profile", None).await;
+    // What the account page's Revoke button does, between authorize and exchange.
+    assert!(app
+        .store
+        .revoke_app_for_user(&f.user_id, &f.client_id, tally::domain::now_micros())
+        .await
+        .unwrap());
+    let (status, body) = token_request(
+        &app,
+        &[
+            ("code", &query["code"]),
+            ("client_id", &f.client_id),
+            ("client_secret", &f.client_secret),
+        ],
+    )
+    .await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (400, Some("invalid_grant")),
+        "{body}"
+    );
+    assert!(body["error_description"]
+        .as_str()
+        .unwrap()
+        .contains("revoked"));
+}
+
+async fn a_refresh_may_not_ask_for_more_scopes_than_were_granted(backend: Backend) {
+    let Some((app, f)) = spawn(backend).await else {
+        return;
+    };
+    let tokens = code_tokens(&app, &f).await;
+    let refresh = tokens["refresh_token"].as_str().unwrap();
+    let with_scope = |scope: &'static str| {
+        [
+            ("grant_type", "refresh_token"),
+            ("refresh_token", refresh),
+            ("scope", scope),
+            ("client_id", f.client_id.as_str()),
+            ("client_secret", f.client_secret.as_str()),
+        ]
+    };
+    for scope in ["access_profile make_payments", "no_such_scope"] {
+        let (status, body) = token_request(&app, &with_scope(scope)).await;
+        assert_eq!(
+            (status, body["error"].as_str()),
+            (400, Some("invalid_scope")),
+            "{scope}: {body}"
+        );
+    }
+    // The refused requests did not spend the token. A narrower or equal scope is
+    // fine; the answer's `scope` tells what the tokens carry (the grant's).
+    let (status, body) = token_request(&app, &with_scope("access_profile")).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["scope"], "access_profile access_balance");
 }

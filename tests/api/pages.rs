@@ -27,6 +27,9 @@ on_both_backends!(
     forms_without_a_csrf_token_or_from_another_origin_are_refused,
     signed_out_visitors_are_sent_to_sign_in,
     an_origin_hidden_by_the_referrer_policy_is_judged_by_sec_fetch_site,
+    signing_out_ends_the_session_even_for_a_copy_of_its_cookie,
+    form_bodies_the_pages_cannot_read_get_an_error_page,
+    unknown_pages_get_a_not_found_page_and_the_home_page_leads_to_the_account,
 );
 
 /// A password zxcvbn rates safely unguessable.
@@ -952,4 +955,80 @@ async fn without_smtp_the_links_are_written_to_the_log_on_a_marked_line() {
         .unwrap();
     assert!(user.verified && user.phone_verified && !user.email_verified);
     drop(server);
+}
+
+async fn signing_out_ends_the_session_even_for_a_copy_of_its_cookie(backend: Backend) {
+    let Some((app, _sink)) = spawn(backend).await else {
+        return;
+    };
+    let f = fixture(&app).await;
+    let browser = signed_in(&app, &f).await;
+    let copy = browser.cookie_header();
+    assert!(!copy.is_empty());
+    let with_copy = || async {
+        app.http
+            .get(app.url("/account"))
+            .header("cookie", &copy)
+            .send()
+            .await
+            .unwrap()
+            .status()
+            .as_u16()
+    };
+    assert_eq!(with_copy().await, 200);
+    let account = browser.get("/account").await;
+    let answer = submit(&browser, &account, "/signout", &[]).await;
+    assert_eq!(answer.status, 303);
+    assert_eq!(browser.get("/account").await.status, 303);
+    // The copied cookie is refused too: the server remembers the session ended.
+    assert_eq!(with_copy().await, 303);
+}
+
+async fn form_bodies_the_pages_cannot_read_get_an_error_page(backend: Backend) {
+    let Some((app, _sink)) = spawn(backend).await else {
+        return;
+    };
+    let browser = Browser::new(&app.origin);
+    let page = browser.get("/signin").await;
+    let mut fields = page.form("/signin");
+    // Larger than a form needs, within the service's 64 KiB: read normally.
+    set(&mut fields, "username", &"x".repeat(30_000));
+    set(&mut fields, "password", "wrong");
+    let answer = browser.post("/signin", &fields).await;
+    assert_eq!(answer.status, 303, "{}", answer.body);
+    // Over 64 KiB, or not a form: an error page with the page headers.
+    set(&mut fields, "username", &"x".repeat(70_000));
+    let answer = browser.post("/signin", &fields).await;
+    assert_eq!(answer.status, 413);
+    assert!(answer.header("content-type").starts_with("text/html"));
+    assert_eq!(answer.header("x-frame-options"), "DENY");
+    let answer = browser
+        .client
+        .post(app.url("/signin"))
+        .header("origin", &app.origin)
+        .json(&serde_json::json!({"username": "a", "password": "b"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 415);
+    assert!(answer.headers()["content-security-policy"]
+        .to_str()
+        .unwrap()
+        .contains("frame-ancestors 'none'"));
+}
+
+async fn unknown_pages_get_a_not_found_page_and_the_home_page_leads_to_the_account(
+    backend: Backend,
+) {
+    let Some((app, _sink)) = spawn(backend).await else {
+        return;
+    };
+    let browser = Browser::new(&app.origin);
+    let home = browser.get("/").await;
+    assert_eq!(home.status, 303);
+    assert_eq!(home.location().as_deref(), Some("/account"));
+    let missing = browser.get("/no-such-page").await;
+    assert_eq!(missing.status, 404);
+    assert!(missing.text().contains("There is no page at this address"));
+    assert_eq!(missing.header("x-frame-options"), "DENY");
 }
