@@ -2,9 +2,11 @@
 //! start-up: `Settings` is built once and passed down, and tests build their own.
 
 use secrecy::SecretString;
+use std::cell::RefCell;
+use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::num::NonZeroU32;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 use url::Url;
 
@@ -86,9 +88,44 @@ pub struct ConfigError {
     pub problem: String,
 }
 
+/// The setting that names an optional file of further settings.
+pub const CONFIG_FILE_SETTING: &str = "TALLY_CONFIG";
+
 impl Settings {
+    /// Settings from the environment and, when `TALLY_CONFIG` names one, a file
+    /// of `NAME=value` lines (dotenv syntax); the environment wins over the file.
     pub fn from_env() -> Result<Self, ConfigError> {
-        Self::from_lookup(|name| std::env::var(name).ok())
+        let file = match std::env::var(CONFIG_FILE_SETTING) {
+            Ok(path) if !path.trim().is_empty() => read_config_file(Path::new(path.trim()))?,
+            _ => HashMap::new(),
+        };
+        Self::from_env_and_file(|name| std::env::var(name).ok(), &file)
+    }
+
+    /// Settings from a lookup (the environment) over the values of a config
+    /// file. A name in the file that no setting reads is refused, so a typo does
+    /// not go unnoticed.
+    pub fn from_env_and_file(
+        lookup: impl Fn(&str) -> Option<String>,
+        file: &HashMap<String, String>,
+    ) -> Result<Self, ConfigError> {
+        let read = RefCell::new(HashSet::new());
+        let settings = Self::from_lookup(|name| {
+            read.borrow_mut().insert(name.to_owned());
+            lookup(name)
+                .filter(|v| !v.trim().is_empty())
+                .or_else(|| file.get(name).cloned())
+        })?;
+        let read = read.into_inner();
+        let mut unknown: Vec<&String> = file.keys().filter(|k| !read.contains(*k)).collect();
+        unknown.sort();
+        if let Some(name) = unknown.first() {
+            return Err(ConfigError {
+                setting: CONFIG_FILE_SETTING,
+                problem: format!("{name} is not a setting of Tally"),
+            });
+        }
+        Ok(settings)
     }
 
     /// Builds settings from any source of `TALLY_*` variables.
@@ -312,6 +349,19 @@ fn duration(
         setting,
         problem: format!("'{text}' is not a duration such as 30s, 5m or 30d ({e})"),
     })
+}
+
+/// Reads a config file of `NAME=value` lines (dotenv syntax: comments, quotes).
+fn read_config_file(path: &Path) -> Result<HashMap<String, String>, ConfigError> {
+    let bad = |problem: String| ConfigError {
+        setting: CONFIG_FILE_SETTING,
+        problem,
+    };
+    let entries = dotenvy::from_path_iter(path)
+        .map_err(|e| bad(format!("cannot read {}: {e}", path.display())))?;
+    entries
+        .map(|entry| entry.map_err(|e| bad(format!("{}: {e}", path.display()))))
+        .collect()
 }
 
 #[cfg(test)]
