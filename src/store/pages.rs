@@ -74,6 +74,16 @@ pub trait PagesStore: Send + Sync {
         profile: &ProfileUpdate,
     ) -> Result<Option<User>, StoreError>;
 
+    /// Sets the account's e-mail and phone. An address that changes starts
+    /// unverified (a verification link proves it); one that stays keeps its
+    /// state. `Conflict("email" | "phone")` when another account has it.
+    async fn update_contacts(
+        &self,
+        user_id: &str,
+        email: &str,
+        phone: Option<&str>,
+    ) -> Result<Option<User>, StoreError>;
+
     /// The user's remembered consents with their apps, newest first.
     async fn consents_of_user(&self, user_id: &str) -> Result<Vec<ConsentRow>, StoreError>;
     /// Forgets the user's consents to the app and revokes every grant (and so
@@ -217,6 +227,33 @@ macro_rules! impl_pages_store {
                     .bind(&profile.first_name)
                     .bind(&profile.last_name)
                     .bind(&profile.about)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+                tx.commit().await?;
+                Ok(user)
+            }
+
+            #[tracing::instrument(skip_all)]
+            async fn update_contacts(
+                &self,
+                user_id: &str,
+                email: &str,
+                phone: Option<&str>,
+            ) -> Result<Option<User>, StoreError> {
+                // Every SET expression reads the row as it was before.
+                let sql = format!(
+                    "UPDATE users SET \
+                       email_verified = (email_verified AND email IS NOT DISTINCT FROM $2), \
+                       phone_verified = (phone_verified AND phone IS NOT DISTINCT FROM $3), \
+                       email = $2, phone = $3 \
+                     WHERE id = $1 RETURNING {}",
+                    $crate::store::sql::USER_COLUMNS
+                );
+                let mut tx = self.write().await?;
+                let user = sqlx::query_as::<_, User>(&sql)
+                    .bind(user_id)
+                    .bind(email)
+                    .bind(phone)
                     .fetch_optional(&mut *tx)
                     .await?;
                 tx.commit().await?;

@@ -2,11 +2,14 @@
 //! the personal access tokens, each revocable.
 
 use super::forms::{self, sentence, FormState};
+use super::signin::client_ip;
 use super::{page, see_other, session, PageError};
 use crate::accounts;
-use crate::domain::{now_micros, Money};
+use crate::domain::{now_micros, Email, Money, Phone};
+use crate::oauth::throttle::{self, Attempt};
 use crate::startup::AppState;
-use crate::store::{ConsentRow, ProfileUpdate, User};
+use crate::store::{ConsentRow, ProfileUpdate, StoreError, User};
+use crate::verification;
 use crate::web::session::CsrfForm;
 use actix_session::Session;
 use actix_web::http::StatusCode;
@@ -15,6 +18,7 @@ use askama::Template;
 use serde::Deserialize;
 
 const PROFILE_FORM: &str = "profile";
+const CONTACT_FORM: &str = "contact";
 
 /// A moment as people read it: `2026-11-21 14:03 UTC`.
 pub fn when(micros: i64) -> String {
@@ -89,6 +93,7 @@ struct AccountPage {
     notice: Option<String>,
     contacts: Vec<Contact>,
     form: FormState,
+    contact_form: FormState,
     apps: Vec<AuthorizedApp>,
     tokens: Vec<TokenRow>,
 }
@@ -134,6 +139,12 @@ pub async fn show(state: web::Data<AppState>, session: Session) -> Result<HttpRe
             ("about", &user.about),
         ])
     });
+    let contact_form = forms::take(&session, CONTACT_FORM).unwrap_or_else(|| {
+        FormState::with_values(&[
+            ("email", user.email.as_deref().unwrap_or("")),
+            ("phone", user.phone.as_deref().unwrap_or("")),
+        ])
+    });
     let template = AccountPage {
         csrf_token: session::csrf_token(&session)?,
         display_name: if display_name.is_empty() {
@@ -146,6 +157,7 @@ pub async fn show(state: web::Data<AppState>, session: Session) -> Result<HttpRe
         notice: session::take_flash(&session),
         contacts,
         form,
+        contact_form,
         apps,
         tokens,
         username: user.username,
@@ -202,6 +214,114 @@ pub async fn update_profile(
         )
         .await?;
     session::flash(&session, "Your profile is saved.");
+    Ok(see_other("/account", None))
+}
+
+#[derive(Deserialize)]
+pub struct ContactForm {
+    csrf_token: Option<String>,
+    #[serde(default)]
+    email: String,
+    #[serde(default)]
+    phone: String,
+    #[serde(default)]
+    password: String,
+}
+
+/// Changes the account's e-mail and phone, asking for the password first (a
+/// borrowed session must not be able to move the account to another address).
+/// A new address gets a verification link; payments waiting for it are claimed
+/// once it is verified.
+pub async fn update_contacts(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    session: Session,
+    form: web::Form<ContactForm>,
+) -> Result<HttpResponse, PageError> {
+    session::check_form(&req, &state, &session, form.csrf_token.as_deref())?;
+    let user = signed_in(&state, &session, "/account").await?;
+    let store = state.store.as_ref();
+    let mut refused = FormState::with_values(&[("email", &form.email), ("phone", &form.phone)]);
+    let email = Email::parse(&form.email).map_err(|e| {
+        let message = if form.email.trim().is_empty() {
+            "Enter your e-mail address.".to_owned()
+        } else {
+            sentence(&e.to_string())
+        };
+        refused.error("email", message)
+    });
+    let phone = match form.phone.trim() {
+        "" => Ok(None),
+        phone => Phone::parse(phone)
+            .map(Some)
+            .map_err(|e| refused.error("phone", sentence(&e.to_string()))),
+    };
+    // The password is throttled like a sign-in: it is one.
+    let attempt = Attempt::new(&user.id, client_ip(&req));
+    if let Err(wait) = throttle::check(store, &attempt).await? {
+        return Err(PageError::TooManyRequests {
+            retry_after_secs: wait.as_secs() + 1,
+        });
+    }
+    if state
+        .hasher
+        .verify(Some(&user.password_hash), &form.password)
+        .await
+    {
+        throttle::record_success(store, &attempt).await?;
+    } else {
+        throttle::record_failure(store, &attempt).await?;
+        refused.error("password", "That is not your password.");
+    }
+    let (Ok(email), Ok(phone)) = (email, phone) else {
+        forms::stash(&session, CONTACT_FORM, &refused);
+        return Ok(see_other("/account#contact", None));
+    };
+    if refused.has_errors() {
+        forms::stash(&session, CONTACT_FORM, &refused);
+        return Ok(see_other("/account#contact", None));
+    }
+    let phone = phone.as_ref().map(Phone::as_str);
+    if user.email.as_deref() == Some(email.as_str()) && user.phone.as_deref() == phone {
+        session::flash(
+            &session,
+            "Your e-mail address and phone number are unchanged.",
+        );
+        return Ok(see_other("/account", None));
+    }
+    let updated = match store.update_contacts(&user.id, email.as_str(), phone).await {
+        Ok(updated) => updated,
+        Err(StoreError::Conflict(field)) => {
+            let field = if field == "phone" { "phone" } else { "email" };
+            refused.error(field, "Another account uses this address.");
+            forms::stash(&session, CONTACT_FORM, &refused);
+            return Ok(see_other("/account#contact", None));
+        }
+        Err(other) => return Err(other.into()),
+    };
+    let Some(updated) = updated else {
+        return Err(PageError::SignInRequired {
+            return_to: "/account".to_owned(),
+        });
+    };
+    let message = match verification::send_links(
+        store,
+        &state.mailer,
+        &state.public_origin,
+        &updated,
+    )
+    .await
+    {
+        Ok(0) => "Your e-mail address and phone number are saved.".to_owned(),
+        Ok(_) => "Saved. Follow the link we sent to verify the new address.".to_owned(),
+        Err(error) => {
+            tracing::error!(error = ?error, "cannot send verification links");
+            "Saved, but we could not send the verification link just now. \
+             Use \"Send the link again\" later."
+                .to_owned()
+        }
+    };
+    session::flash(&session, &message);
     Ok(see_other("/account", None))
 }
 

@@ -29,6 +29,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .route("/verify", web::post().to(signup::verify))
         .route("/account", web::get().to(account::show))
         .route("/account/profile", web::post().to(account::update_profile))
+        .route("/account/contact", web::post().to(account::update_contacts))
         .route("/account/verification", web::post().to(signup::resend))
         .route(
             "/account/apps/{client_id}/revoke",

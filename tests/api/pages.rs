@@ -30,6 +30,7 @@ on_both_backends!(
     signing_out_ends_the_session_even_for_a_copy_of_its_cookie,
     form_bodies_the_pages_cannot_read_get_an_error_page,
     unknown_pages_get_a_not_found_page_and_the_home_page_leads_to_the_account,
+    people_change_their_email_and_phone_with_their_password_and_verify_the_new_address,
 );
 
 /// A password zxcvbn rates safely unguessable.
@@ -817,6 +818,7 @@ async fn forms_without_a_csrf_token_or_from_another_origin_are_refused(backend: 
         "/signup".to_owned(),
         "/verify".to_owned(),
         "/account/profile".to_owned(),
+        "/account/contact".to_owned(),
         "/account/verification".to_owned(),
         format!("/account/apps/{}/revoke", f.client_id),
         "/account/tokens/x/revoke".to_owned(),
@@ -1031,4 +1033,120 @@ async fn unknown_pages_get_a_not_found_page_and_the_home_page_leads_to_the_accou
     assert_eq!(missing.status, 404);
     assert!(missing.text().contains("There is no page at this address"));
     assert_eq!(missing.header("x-frame-options"), "DENY");
+}
+
+async fn people_change_their_email_and_phone_with_their_password_and_verify_the_new_address(
+    backend: Backend,
+) {
+    let Some((app, sink)) = spawn(backend).await else {
+        return;
+    };
+    let store = app.store.as_ref();
+    let f = fixture(&app).await;
+    let other = fixture(&app).await;
+    let browser = signed_in(&app, &f).await;
+    // Someone pays the address before it is anyone's.
+    let payer = crate::fixtures::person(store, "payer", "10").await;
+    let paid = app
+        .post(
+            "/payments",
+            &payer.token,
+            serde_json::json!({"email": "ann.new@example.com", "amount": "3", "note": "hi"}),
+        )
+        .await
+        .ok()["payment"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let user = || async {
+        store
+            .find_user(UserKey::Id(&f.user_id))
+            .await
+            .unwrap()
+            .unwrap()
+    };
+    let before = user().await;
+
+    // Refused: a wrong password, another account's address, a bad phone. Each
+    // message shows by its field, and nothing changes.
+    let other_email = format!("{}@example.com", other.username);
+    for (email, phone, password, message) in [
+        (
+            "ann.new@example.com",
+            "",
+            "wrong",
+            "That is not your password.",
+        ),
+        (
+            other_email.as_str(),
+            "",
+            PASSWORD,
+            "Another account uses this address.",
+        ),
+        (
+            "ann.new@example.com",
+            "123",
+            PASSWORD,
+            "is not a valid US phone number",
+        ),
+        ("not-an-email", "", PASSWORD, "valid e-mail"),
+    ] {
+        let page = browser.get("/account").await;
+        let answer = submit(
+            &browser,
+            &page,
+            "/account/contact",
+            &[("email", email), ("phone", phone), ("password", password)],
+        )
+        .await;
+        assert_eq!(answer.status, 303);
+        let shown = browser.get("/account").await;
+        assert!(
+            shown.text().contains(message),
+            "{message}: {}",
+            shown.text()
+        );
+        assert!(
+            !shown.body.contains(PASSWORD),
+            "a password is never shown again"
+        );
+        assert_eq!(user().await.email, before.email);
+    }
+
+    let page = browser.get("/account").await;
+    let answer = submit(
+        &browser,
+        &page,
+        "/account/contact",
+        &[
+            ("email", "Ann.New@example.com"),
+            ("phone", "(212) 555-0143"),
+            ("password", PASSWORD),
+        ],
+    )
+    .await;
+    assert_eq!(answer.status, 303);
+    let changed = user().await;
+    assert_eq!(changed.email.as_deref(), Some("ann.new@example.com"));
+    assert_eq!(changed.phone.as_deref(), Some("+12125550143"));
+    assert!(!changed.email_verified && !changed.phone_verified);
+    assert!(changed.verified, "the account stays verified");
+    assert!(browser
+        .get("/account")
+        .await
+        .text()
+        .contains("Follow the link"));
+
+    // The link sent to the new address verifies it and claims the payment.
+    let token = sink.token_for("ann.new@example.com").await;
+    let page = browser.get(&format!("/verify?token={token}")).await;
+    let answer = browser.post("/verify", &page.form("/verify")).await;
+    assert_eq!(answer.status, 303);
+    assert!(user().await.email_verified);
+    let settled = app.wait_for_status(&payer.token, &paid, "settled").await;
+    assert_eq!(settled["target"]["user"]["id"], f.user_id.as_str());
+    assert_eq!(
+        crate::fixtures::balance_cents(store, &f.user_id).await,
+        2800
+    );
 }
