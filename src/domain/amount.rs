@@ -1,7 +1,6 @@
 use rust_decimal::Decimal;
 use serde::{Serialize, Serializer};
 use std::fmt;
-use std::str::FromStr;
 
 /// A sum of money in integer cents. Signed, because balances of the ledger's
 /// outside accounts and the charge amounts of the API are negative.
@@ -73,7 +72,18 @@ impl Amount {
         if !plain {
             return Err(AmountError::NotANumber);
         }
-        Self::from_decimal(Decimal::from_str(trimmed).map_err(|_| AmountError::NotANumber)?)
+        // Far more digits than any amount has: refused before the decimal
+        // arithmetic, which has a 28-digit ceiling.
+        if unsigned.len() > 40 {
+            return Err(AmountError::TooLarge(Self::MAX_ABS));
+        }
+        // `from_str_exact` refuses what it would otherwise round (digits past
+        // its precision), so `5000.0000…01` is not taken for 5000.00.
+        let value = Decimal::from_str_exact(trimmed).map_err(|e| match e {
+            rust_decimal::Error::Underflow => AmountError::TooPrecise,
+            _ => AmountError::TooLarge(Self::MAX_ABS),
+        })?;
+        Self::from_decimal(value)
     }
 
     /// Parses a JSON number literal, which may use an exponent (`1.25e2`).
@@ -121,9 +131,10 @@ impl Amount {
     }
 }
 
-/// Exact cents of a decimal with at most two fractional digits.
+/// Exact cents of a decimal with at most two fractional digits; `None` when
+/// they do not fit.
 fn scaled_cents(value: Decimal) -> Option<i64> {
-    let mut shifted = value * Decimal::ONE_HUNDRED;
+    let mut shifted = value.checked_mul(Decimal::ONE_HUNDRED)?;
     shifted.rescale(0);
     i64::try_from(shifted.mantissa()).ok()
 }
@@ -170,6 +181,30 @@ mod tests {
                 "99999999999999999999",
                 AmountError::TooLarge(Amount::MAX_ABS),
             ),
+            // Past what 28-digit decimals can multiply by 100, and past what
+            // they can hold at all: refused, never a panic.
+            (
+                "1000000000000000000000000000",
+                AmountError::TooLarge(Amount::MAX_ABS),
+            ),
+            (
+                "79228162514264337593543950335",
+                AmountError::TooLarge(Amount::MAX_ABS),
+            ),
+            (
+                "792281625142643375935439503350000",
+                AmountError::TooLarge(Amount::MAX_ABS),
+            ),
+            ("9".repeat(5000).as_str(), AmountError::TooLarge(Amount::MAX_ABS)),
+            // Digits past the decimal precision are not rounded away.
+            (
+                "5000.0000000000000000000000000001",
+                AmountError::TooPrecise,
+            ),
+            (
+                "0.00999999999999999999999999999999",
+                AmountError::TooPrecise,
+            ),
         ] {
             assert_eq!(Amount::parse(input), Err(error), "{input}");
         }
@@ -189,6 +224,9 @@ mod tests {
             Amount::parse_json_number("1e-3"),
             Err(AmountError::TooPrecise)
         );
+        for huge in ["1e28", "7.9e26", "1e400"] {
+            assert!(Amount::parse_json_number(huge).is_err(), "{huge}");
+        }
     }
 
     #[test]
