@@ -195,12 +195,12 @@ mod tests {
                 "792281625142643375935439503350000",
                 AmountError::TooLarge(Amount::MAX_ABS),
             ),
-            ("9".repeat(5000).as_str(), AmountError::TooLarge(Amount::MAX_ABS)),
-            // Digits past the decimal precision are not rounded away.
             (
-                "5000.0000000000000000000000000001",
-                AmountError::TooPrecise,
+                "9".repeat(5000).as_str(),
+                AmountError::TooLarge(Amount::MAX_ABS),
             ),
+            // Digits past the decimal precision are not rounded away.
+            ("5000.0000000000000000000000000001", AmountError::TooPrecise),
             (
                 "0.00999999999999999999999999999999",
                 AmountError::TooPrecise,

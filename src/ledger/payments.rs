@@ -419,11 +419,16 @@ pub async fn process_due(store: &dyn Store, timing: Timing, now: i64) -> Result<
             }
         };
         transition.skip_locked = true;
-        match store.apply_transition(&transition).await? {
-            TransitionOutcome::Applied { .. } => done += 1,
-            TransitionOutcome::NotPending => {}
-            TransitionOutcome::InsufficientFunds => {
+        // One payment that cannot be moved must not hold up those behind it.
+        match store.apply_transition(&transition).await {
+            Ok(TransitionOutcome::Applied { .. }) => done += 1,
+            Ok(TransitionOutcome::NotPending) => {}
+            Ok(TransitionOutcome::InsufficientFunds) => {
                 tracing::error!(payment_id = %payment.id, "held money is short");
+            }
+            Err(StoreError::Unavailable(e)) => return Err(StoreError::Unavailable(e)),
+            Err(error) => {
+                tracing::error!(payment_id = %payment.id, error = ?error, "cannot move a due payment");
             }
         }
     }

@@ -38,43 +38,58 @@ fn backoff(failures: i64, limit: i64) -> Duration {
         .min(MAX_BACKOFF)
 }
 
-/// `Err(retry_after)` when this attempt must wait.
+/// An attempt let through, counted as a failure until `succeeded` says
+/// otherwise.
+pub struct Admitted {
+    at: i64,
+}
+
+/// Lets an attempt through, or says how long it must wait (`Err`). The attempt
+/// is counted as a failure before its password is checked, in the same
+/// transaction as the decision: parallel attempts cannot all pass the check
+/// before any of them is counted.
 #[tracing::instrument(skip_all)]
-pub async fn check(
+pub async fn admit(
     store: &dyn Store,
     attempt: &Attempt,
-) -> Result<Result<(), Duration>, StoreError> {
+) -> Result<Result<Admitted, Duration>, StoreError> {
     let now = now_micros();
-    let since = now - micros(WINDOW);
-    for (key, limit) in [(&attempt.pair_key, PAIR_LIMIT), (&attempt.ip_key, IP_LIMIT)] {
-        let (failures, last) = store.signin_failures(key, since).await?;
-        if failures < limit {
-            continue;
+    let decide = |seen: &[(i64, Option<i64>)]| {
+        for (&(failures, last), limit) in seen.iter().zip([PAIR_LIMIT, IP_LIMIT]) {
+            if failures < limit {
+                continue;
+            }
+            let wait = micros(backoff(failures, limit));
+            let elapsed = now - last.unwrap_or(now);
+            if elapsed < wait {
+                return Err(Duration::from_micros(
+                    u64::try_from(wait - elapsed).unwrap_or(0),
+                ));
+            }
         }
-        let wait = micros(backoff(failures, limit));
-        let elapsed = now - last.unwrap_or(now);
-        if elapsed < wait {
-            let remaining = u64::try_from(wait - elapsed).unwrap_or(0);
-            return Ok(Err(Duration::from_micros(remaining)));
-        }
-    }
-    Ok(Ok(()))
+        Ok(())
+    };
+    let keys = [attempt.pair_key.clone(), attempt.ip_key.clone()];
+    Ok(store
+        .admit_signin(&keys, now - micros(WINDOW), now, &decide)
+        .await?
+        .map(|()| Admitted { at: now }))
 }
 
-pub async fn record_failure(store: &dyn Store, attempt: &Attempt) -> Result<(), StoreError> {
-    let now = now_micros();
+/// A right password: this attempt was no failure, and the pair's earlier
+/// failures are forgotten (the address's remain).
+pub async fn succeeded(
+    store: &dyn Store,
+    attempt: &Attempt,
+    admitted: Admitted,
+) -> Result<(), StoreError> {
     store
-        .record_signin_failure(
-            &[attempt.pair_key.clone(), attempt.ip_key.clone()],
-            now,
-            now - micros(WINDOW),
+        .forget_signin_attempt(
+            &attempt.pair_key,
+            std::slice::from_ref(&attempt.ip_key),
+            admitted.at,
         )
         .await
-}
-
-/// A right password forgets the pair's failures (the IP's remain).
-pub async fn record_success(store: &dyn Store, attempt: &Attempt) -> Result<(), StoreError> {
-    store.clear_signin_failures(&attempt.pair_key).await
 }
 
 fn micros(d: Duration) -> i64 {

@@ -107,6 +107,11 @@ pub enum CodeUse {
     Unknown,
 }
 
+/// Given each key's failures in the window (count, latest time), whether an
+/// attempt may go ahead, or how long it must wait.
+pub type SigninDecision<'a> =
+    &'a (dyn Fn(&[(i64, Option<i64>)]) -> Result<(), std::time::Duration> + Send + Sync);
+
 /// What must hold of a code before tokens are issued for it (expiry,
 /// `redirect_uri`, PKCE); `Err` gives the reason.
 pub type CodeCheck<'a> = &'a (dyn Fn(&CodeRecord) -> Result<(), String> + Send + Sync);
@@ -186,21 +191,27 @@ pub trait OAuthStore: Send + Sync {
 
     async fn revoke_grant(&self, grant_id: &str, now: i64) -> Result<(), StoreError>;
 
-    /// How many sign-in failures `key` has had since `since`, and when the last
-    /// one was.
-    async fn signin_failures(
-        &self,
-        key: &str,
-        since: i64,
-    ) -> Result<(i64, Option<i64>), StoreError>;
-    /// Records one failure under each key, forgetting failures before `forget_before`.
-    async fn record_signin_failure(
+    /// Admits a sign-in attempt: with each key locked (so parallel attempts
+    /// are decided one after another, on every instance), reads each key's
+    /// failures since `since` (count, latest) and asks `decide`; when it
+    /// admits, records the attempt as a failure under every key at `now`
+    /// (failures before `since` are forgotten). A right password takes the
+    /// record back with `forget_signin_attempt`.
+    async fn admit_signin(
         &self,
         keys: &[String],
+        since: i64,
+        now: i64,
+        decide: SigninDecision<'_>,
+    ) -> Result<Result<(), std::time::Duration>, StoreError>;
+    /// Forgets every failure of `clear_key`, and the one failure recorded
+    /// under each of `attempt_keys` at `at`.
+    async fn forget_signin_attempt(
+        &self,
+        clear_key: &str,
+        attempt_keys: &[String],
         at: i64,
-        forget_before: i64,
     ) -> Result<(), StoreError>;
-    async fn clear_signin_failures(&self, key: &str) -> Result<(), StoreError>;
 }
 
 /// The SQL that reads a token with its grant, user and app.
@@ -490,51 +501,68 @@ macro_rules! impl_oauth_store {
             }
 
             #[tracing::instrument(skip_all)]
-            async fn signin_failures(
-                &self,
-                key: &str,
-                since: i64,
-            ) -> Result<(i64, Option<i64>), StoreError> {
-                Ok(sqlx::query_as(
-                    "SELECT COUNT(*), MAX(at) FROM signin_failures WHERE key = $1 AND at > $2",
-                )
-                .bind(key)
-                .bind(since)
-                .fetch_one(self.reader())
-                .await?)
-            }
-
-            #[tracing::instrument(skip_all)]
-            async fn record_signin_failure(
+            async fn admit_signin(
                 &self,
                 keys: &[String],
-                at: i64,
-                forget_before: i64,
-            ) -> Result<(), StoreError> {
+                since: i64,
+                now: i64,
+                decide: $crate::store::SigninDecision<'_>,
+            ) -> Result<Result<(), std::time::Duration>, StoreError> {
                 let mut tx = self.write().await?;
+                let mut sorted: Vec<&String> = keys.iter().collect();
+                sorted.sort();
+                for key in &sorted {
+                    sqlx::query(KEY_LOCK).bind(*key).execute(&mut *tx).await?;
+                }
+                let mut seen = Vec::with_capacity(keys.len());
                 for key in keys {
                     sqlx::query("DELETE FROM signin_failures WHERE key = $1 AND at <= $2")
                         .bind(key)
-                        .bind(forget_before)
+                        .bind(since)
                         .execute(&mut *tx)
                         .await?;
+                    let row: (i64, Option<i64>) = sqlx::query_as(
+                        "SELECT COUNT(*), MAX(at) FROM signin_failures WHERE key = $1",
+                    )
+                    .bind(key)
+                    .fetch_one(&mut *tx)
+                    .await?;
+                    seen.push(row);
+                }
+                if let Err(wait) = decide(&seen) {
+                    tx.commit().await?;
+                    return Ok(Err(wait));
+                }
+                for key in keys {
                     sqlx::query("INSERT INTO signin_failures (key, at) VALUES ($1, $2)")
+                        .bind(key)
+                        .bind(now)
+                        .execute(&mut *tx)
+                        .await?;
+                }
+                tx.commit().await?;
+                Ok(Ok(()))
+            }
+
+            #[tracing::instrument(skip_all)]
+            async fn forget_signin_attempt(
+                &self,
+                clear_key: &str,
+                attempt_keys: &[String],
+                at: i64,
+            ) -> Result<(), StoreError> {
+                let mut tx = self.write().await?;
+                sqlx::query("DELETE FROM signin_failures WHERE key = $1")
+                    .bind(clear_key)
+                    .execute(&mut *tx)
+                    .await?;
+                for key in attempt_keys {
+                    sqlx::query("DELETE FROM signin_failures WHERE key = $1 AND at = $2")
                         .bind(key)
                         .bind(at)
                         .execute(&mut *tx)
                         .await?;
                 }
-                tx.commit().await?;
-                Ok(())
-            }
-
-            #[tracing::instrument(skip_all)]
-            async fn clear_signin_failures(&self, key: &str) -> Result<(), StoreError> {
-                let mut tx = self.write().await?;
-                sqlx::query("DELETE FROM signin_failures WHERE key = $1")
-                    .bind(key)
-                    .execute(&mut *tx)
-                    .await?;
                 tx.commit().await?;
                 Ok(())
             }

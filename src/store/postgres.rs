@@ -51,6 +51,9 @@ impl PgStore {
 
 /// Workers pass by payments another instance is already working on.
 const SKIP_LOCKED: &str = " FOR UPDATE SKIP LOCKED";
+/// Serializes transactions about one key (e.g. a sign-in throttle key) until
+/// they commit, on every instance.
+const KEY_LOCK: &str = "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))";
 
 type Backend = Postgres;
 

@@ -60,6 +60,8 @@ impl SqliteStore {
 
 /// SQLite has one writer, so a write transaction already excludes every other.
 const SKIP_LOCKED: &str = "";
+/// …and needs no lock on a key either (the statement only keeps the shape).
+const KEY_LOCK: &str = "SELECT $1";
 
 type Backend = Sqlite;
 

@@ -258,19 +258,19 @@ pub async fn update_contacts(
     };
     // The password is throttled like a sign-in: it is one.
     let attempt = Attempt::new(&user.id, client_ip(&req));
-    if let Err(wait) = throttle::check(store, &attempt).await? {
-        return Err(PageError::TooManyRequests {
-            retry_after_secs: wait.as_secs() + 1,
-        });
-    }
+    let admitted =
+        throttle::admit(store, &attempt)
+            .await?
+            .map_err(|wait| PageError::TooManyRequests {
+                retry_after_secs: wait.as_secs() + 1,
+            })?;
     if state
         .hasher
         .verify(Some(&user.password_hash), &form.password)
         .await
     {
-        throttle::record_success(store, &attempt).await?;
+        throttle::succeeded(store, &attempt, admitted).await?;
     } else {
-        throttle::record_failure(store, &attempt).await?;
         refused.error("password", "That is not your password.");
     }
     let (Ok(email), Ok(phone)) = (email, phone) else {

@@ -151,11 +151,56 @@ pub fn take_flash(session: &Session) -> Option<String> {
 }
 
 /// Where to go after signing in: only a path of this site, never another origin.
+/// Browsers drop tabs and newlines from URLs and read `\` as `/`, so `/\t/evil`
+/// would lead away: any control character, whitespace or backslash is refused,
+/// and the path must resolve on our own origin.
 pub fn safe_return_to(value: Option<&str>) -> String {
-    match value {
-        Some(path) if path.starts_with('/') && !path.starts_with("//") && !path.contains('\\') => {
-            path.to_owned()
+    const HOME: &str = "/account";
+    let Some(path) = value else {
+        return HOME.to_owned();
+    };
+    let plain = path.starts_with('/')
+        && !path.starts_with("//")
+        && !path
+            .chars()
+            .any(|c| c.is_control() || c.is_whitespace() || c == '\\');
+    let base = url::Url::parse("http://tally.invalid/").ok();
+    let stays_here = base
+        .as_ref()
+        .and_then(|base| base.join(path).ok())
+        .is_some_and(|url| url.host_str() == Some("tally.invalid"));
+    if plain && stays_here {
+        path.to_owned()
+    } else {
+        HOME.to_owned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::safe_return_to;
+
+    #[test]
+    fn only_paths_of_this_site_are_returned_to() {
+        for good in [
+            "/account",
+            "/v1/oauth/authorize?client_id=a&scope=b",
+            "/developer#apps",
+        ] {
+            assert_eq!(safe_return_to(Some(good)), good);
         }
-        _ => "/account".to_owned(),
+        for bad in [
+            "//evil.example",
+            "/\t/evil.example",
+            "/\n/evil.example",
+            "/\\evil.example",
+            "/ /evil.example",
+            "https://evil.example/",
+            "evil.example",
+            "",
+        ] {
+            assert_eq!(safe_return_to(Some(bad)), "/account", "{bad:?}");
+        }
+        assert_eq!(safe_return_to(None), "/account");
     }
 }

@@ -70,6 +70,13 @@ pub async fn submit(
     form: web::Form<SignInForm>,
 ) -> Result<HttpResponse, PageError> {
     session::check_form(&req, &state, &session, form.csrf_token.as_deref())?;
+    // The OAuth endpoints' per-address request limit holds here too: every
+    // attempt costs a password hash.
+    if let Err(wait) = state.rate_limits.check_oauth(client_ip(&req)) {
+        return Err(PageError::TooManyRequests {
+            retry_after_secs: wait.as_secs() + 1,
+        });
+    }
     let return_to = safe_return_to(form.return_to.as_deref());
     let back = format!(
         "/signin?{}",
@@ -84,11 +91,12 @@ pub async fn submit(
         .as_ref()
         .map_or_else(|| identifier.to_lowercase(), |u| u.id.clone());
     let attempt = Attempt::new(&account_key, client_ip(&req));
-    if let Err(wait) = throttle::check(store, &attempt).await? {
-        return Err(PageError::TooManyRequests {
-            retry_after_secs: wait.as_secs() + 1,
-        });
-    }
+    let admitted =
+        throttle::admit(store, &attempt)
+            .await?
+            .map_err(|wait| PageError::TooManyRequests {
+                retry_after_secs: wait.as_secs() + 1,
+            })?;
     // The same work and the same answer whether the account exists or not.
     let matched = state
         .hasher
@@ -100,12 +108,12 @@ pub async fn submit(
     let user = match user {
         Some(user) if matched => user,
         _ => {
-            throttle::record_failure(store, &attempt).await?;
+            // Already counted as a failure when it was admitted.
             session::flash(&session, "Incorrect username or password.");
             return Ok(see_other(&back, None));
         }
     };
-    throttle::record_success(store, &attempt).await?;
+    throttle::succeeded(store, &attempt, admitted).await?;
     if user.suspended {
         session::flash(&session, "This account is suspended.");
         return Ok(see_other(&back, None));

@@ -1156,6 +1156,32 @@ async fn sign_in_is_throttled_per_account_and_address_without_locking_others_out
         sprayer.sign_in(&page, "victim99", "guess").await.status,
         429
     );
+
+    // Guesses sent all at once are counted as they are let in: still only 5
+    // get a password check, on every database.
+    let parallel = std::sync::Arc::new(Browser::from(
+        &app.origin,
+        Some("127.0.0.4".parse().unwrap()),
+    ));
+    let page = std::sync::Arc::new(parallel.get("/signin").await);
+    let guesses: Vec<_> = (0..24)
+        .map(|i| {
+            let (browser, page, username) = (parallel.clone(), page.clone(), f.username.clone());
+            tokio::spawn(async move {
+                browser
+                    .sign_in(&page, &username, &format!("guess {i}"))
+                    .await
+                    .status
+            })
+        })
+        .collect();
+    let mut checked = 0;
+    for guess in guesses {
+        let status = guess.await.unwrap();
+        assert!(status == 303 || status == 429, "{status}");
+        checked += usize::from(status == 303);
+    }
+    assert_eq!(checked, 5);
 }
 
 async fn the_metadata_document_lists_every_endpoint(backend: Backend) {
