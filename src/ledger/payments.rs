@@ -172,13 +172,26 @@ pub async fn create(
     };
     match store.insert_payment(&insert).await? {
         InsertOutcome::Created {
-            payment,
+            mut payment,
             actor_balance_cents,
-        } => Ok(Made {
-            payment,
-            actor_balance: Money::from_cents(actor_balance_cents),
-            replayed: false,
-        }),
+        } => {
+            // The owner was looked up before the insert; if the address was
+            // verified in between, that verification's claim missed this
+            // payment, so claim it now.
+            if payment.target_user_id.is_none() {
+                if let Some(owner) = verified_owner(store, &payment).await? {
+                    claim(store, &owner, now).await?;
+                    if let Some(fresh) = store.find_payments(&[payment.id.clone()]).await?.pop() {
+                        payment = fresh;
+                    }
+                }
+            }
+            Ok(Made {
+                payment,
+                actor_balance: Money::from_cents(actor_balance_cents),
+                replayed: false,
+            })
+        }
         InsertOutcome::Replayed {
             payment,
             actor_balance_cents,
@@ -190,6 +203,23 @@ pub async fn create(
         InsertOutcome::InsufficientFunds => Err(CreateError::InsufficientFunds),
         InsertOutcome::KeyConflict => Err(CreateError::IdempotencyConflict),
     }
+}
+
+/// The account that has verified the address a pending payment waits on, other
+/// than its actor (who never claims their own payment).
+async fn verified_owner(store: &dyn Store, payment: &Payment) -> Result<Option<User>, StoreError> {
+    let owner = match (&payment.target_email, &payment.target_phone) {
+        (Some(email), _) => store
+            .find_user(UserKey::Email(email))
+            .await?
+            .filter(|u| u.email_verified),
+        (None, Some(phone)) => store
+            .find_user(UserKey::Phone(phone))
+            .await?
+            .filter(|u| u.phone_verified),
+        (None, None) => None,
+    };
+    Ok(owner.filter(|u| payment.actor_id.as_deref() != Some(u.id.as_str())))
 }
 
 /// A payment as it was when it was made: a replay repeats the first answer.
@@ -413,6 +443,12 @@ pub async fn process_due(store: &dyn Store, timing: Timing, now: i64) -> Result<
             }
             (Some(_), _) => returning(payment, PaymentStatus::Failed, now),
             (None, _) => {
+                // Verified but never claimed (a crash between verification and
+                // its claim): claimed now rather than expired.
+                if let Some(owner) = verified_owner(store, payment).await? {
+                    claim(store, &owner, now).await?;
+                    continue;
+                }
                 let mut t = returning(payment, PaymentStatus::Expired, now);
                 t.unclaimed_only = true;
                 t

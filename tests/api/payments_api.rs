@@ -15,6 +15,7 @@ on_both_backends!(
     a_pay_to_a_suspended_account_fails_and_is_refunded,
     a_pay_to_an_email_is_claimed_when_an_account_verifies_it,
     an_account_added_verified_by_the_operator_claims_what_waits_for_it,
+    a_verified_address_whose_claim_was_missed_is_claimed_instead_of_expiring,
     a_pay_to_an_email_is_claimed_when_its_owner_signs_up_and_follows_the_link,
     unclaimed_payments_expire_and_pays_come_back,
     charges_are_approved_denied_or_cancelled_by_the_right_party,
@@ -309,6 +310,47 @@ async fn an_account_added_verified_by_the_operator_claims_what_waits_for_it(back
         .await;
     assert_eq!(settled["target"]["user"]["id"], cleo_id.as_str());
     assert_eq!(balance_cents(store, &cleo_id).await, 400);
+    audit_ok(store).await;
+}
+
+async fn a_verified_address_whose_claim_was_missed_is_claimed_instead_of_expiring(
+    backend: Backend,
+) {
+    let Some(app) = TestApp::spawn_with(backend, |s| {
+        s.unclaimed_expiry = Duration::from_millis(300);
+    })
+    .await
+    else {
+        return;
+    };
+    let store = app.store.as_ref();
+    let ann = person(store, "ann", "10").await;
+    let payment = app
+        .post(
+            "/payments",
+            &ann.token,
+            json!({"email": "zed@example.com", "amount": "2", "note": "hi"}),
+        )
+        .await
+        .ok()["payment"]
+        .clone();
+    // An account verified with that address without its claim running (as
+    // after a crash between the two): the store alone, no ledger call.
+    let zed = person_with(
+        store,
+        "zed",
+        PersonSpec {
+            email: Some("zed@example.com"),
+            verified: true,
+            ..Default::default()
+        },
+    )
+    .await;
+    let settled = app
+        .wait_for_status(&ann.token, &id(&payment), "settled")
+        .await;
+    assert_eq!(settled["target"]["user"]["id"], zed.id.as_str());
+    assert_eq!(balance_cents(store, &zed.id).await, 200);
     audit_ok(store).await;
 }
 
