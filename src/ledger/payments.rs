@@ -366,6 +366,7 @@ fn base(
         balance_of: None,
         skip_locked: false,
         unclaimed_only: false,
+        only_if_active: None,
     }
 }
 
@@ -438,6 +439,8 @@ pub async fn process_due(store: &dyn Store, timing: Timing, now: i64) -> Result<
                         to: target.clone(),
                         cents: payment.amount_cents,
                     });
+                    // Suspended since the worker looked: the next round fails it.
+                    t.only_if_active = Some(target.clone());
                 }
                 t
             }

@@ -107,6 +107,10 @@ pub struct Transition {
     /// Applies only while no account has claimed the payment (expiry must not
     /// overtake a claim that committed after the worker looked).
     pub unclaimed_only: bool,
+    /// Applies only while this account is not suspended, as the database has
+    /// it when the payment changes (a settlement must not credit an account
+    /// suspended after the worker looked).
+    pub only_if_active: Option<String>,
 }
 
 #[derive(Debug)]
@@ -505,16 +509,23 @@ macro_rules! impl_payment_store {
                 }
                 let sql = format!(
                     "UPDATE payments SET status = $2, date_completed = $3, \
-                     refund_payment_id = $4 WHERE id = $1 AND status = 'pending'{}",
-                    if t.unclaimed_only { " AND target_user_id IS NULL" } else { "" }
+                     refund_payment_id = $4 WHERE id = $1 AND status = 'pending'{}{}",
+                    if t.unclaimed_only { " AND target_user_id IS NULL" } else { "" },
+                    if t.only_if_active.is_some() {
+                        " AND EXISTS (SELECT 1 FROM users WHERE id = $5 AND NOT suspended)"
+                    } else {
+                        ""
+                    }
                 );
-                let changed = sqlx::query(&sql)
-                .bind(&t.payment_id)
-                .bind(t.status)
-                .bind(t.at)
-                .bind(t.refund.as_ref().map(|r| r.id.clone()))
-                .execute(&mut *tx)
-                .await?;
+                let mut update = sqlx::query(&sql)
+                    .bind(&t.payment_id)
+                    .bind(t.status)
+                    .bind(t.at)
+                    .bind(t.refund.as_ref().map(|r| r.id.clone()));
+                if let Some(user_id) = &t.only_if_active {
+                    update = update.bind(user_id);
+                }
+                let changed = update.execute(&mut *tx).await?;
                 if changed.rows_affected() == 0 {
                     return Ok(TransitionOutcome::NotPending);
                 }

@@ -18,6 +18,7 @@ on_both_backends!(
     the_audit_finds_a_balance_changed_behind_the_ledgers_back,
     the_audit_finds_held_money_that_no_pending_pay_explains,
     an_expiry_decided_before_a_claim_does_not_overtake_it,
+    a_settlement_decided_before_a_suspension_does_not_credit_the_account,
 );
 
 fn new_user(username: &str, email: Option<&str>, phone: Option<&str>) -> NewUser {
@@ -431,12 +432,91 @@ async fn an_expiry_decided_before_a_claim_does_not_overtake_it(backend: Backend)
         balance_of: None,
         skip_locked: true,
         unclaimed_only: true,
+        only_if_active: None,
     };
     let outcome = store.apply_transition(&expiry).await.unwrap();
     assert!(
         matches!(outcome, tally::store::TransitionOutcome::NotPending),
         "{outcome:?}"
     );
+    let report = ledger::audit::run(store.as_ref()).await.unwrap();
+    assert!(report.ok, "{:?}", report.discrepancies);
+}
+
+async fn a_settlement_decided_before_a_suspension_does_not_credit_the_account(backend: Backend) {
+    let Some((_db, store)) = store_for(backend).await else {
+        return;
+    };
+    let ann = store
+        .insert_user(&new_user("ann", None, None))
+        .await
+        .unwrap();
+    let bob = store
+        .insert_user(&new_user("bob", None, None))
+        .await
+        .unwrap();
+    ledger::deposit(store.as_ref(), &ann.id, Amount::parse("10").unwrap())
+        .await
+        .unwrap();
+    let request = ledger::payments::PaymentRequest {
+        target: ledger::payments::TargetAddress::UserId(bob.id.clone()),
+        amount: Amount::parse("4").unwrap(),
+        note: tally::domain::Note::parse("x").unwrap(),
+        audience: tally::domain::Audience::Private,
+        medium: tally::domain::Medium::Api,
+    };
+    let made = ledger::payments::create(store.as_ref(), &ann, request, None, now_micros())
+        .await
+        .unwrap();
+    // The worker saw bob active; then an operator suspended him.
+    let due = store.due_payments(i64::MAX, 0, 10).await.unwrap();
+    assert_eq!(due.len(), 1);
+    assert_eq!(due[0].target_suspended, Some(false));
+    store
+        .update_user_flags(
+            &bob.id,
+            tally::store::UserFlags {
+                verified: None,
+                suspended: Some(true),
+            },
+        )
+        .await
+        .unwrap();
+    let settle = tally::store::Transition {
+        payment_id: made.payment.id.clone(),
+        status: "settled",
+        at: now_micros(),
+        movement_id: tally::domain::new_id(),
+        entry_kind: "settle",
+        moves: vec![tally::store::Move {
+            from: tally::store::accounts::HELD.to_owned(),
+            to: bob.id.clone(),
+            cents: 400,
+        }],
+        refund: None,
+        balance_of: None,
+        skip_locked: true,
+        unclaimed_only: false,
+        only_if_active: Some(bob.id.clone()),
+    };
+    let outcome = store.apply_transition(&settle).await.unwrap();
+    assert!(
+        matches!(outcome, tally::store::TransitionOutcome::NotPending),
+        "{outcome:?}"
+    );
+    // The next round fails it and refunds ann.
+    ledger::payments::process_due(
+        store.as_ref(),
+        ledger::payments::Timing {
+            settlement_delay: std::time::Duration::ZERO,
+            unclaimed_expiry: std::time::Duration::from_secs(3600),
+        },
+        now_micros(),
+    )
+    .await
+    .unwrap();
+    let payment = store.find_payments(&[made.payment.id]).await.unwrap();
+    assert_eq!(payment[0].status, "failed");
     let report = ledger::audit::run(store.as_ref()).await.unwrap();
     assert!(report.ok, "{:?}", report.discrepancies);
 }
