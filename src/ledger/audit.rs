@@ -1,12 +1,14 @@
 //! The ledger check behind `tally admin audit`: every balance must equal the sum
 //! of its ledger entries, no balance may be negative, every movement and the
-//! whole ledger must sum to zero, and `@held` must hold exactly the amounts of
-//! the pending pays.
+//! whole ledger must sum to zero, `@held` must hold exactly the amounts of the
+//! pending pays, and each payment's entries must be what its action and state
+//! say moved (a settled charge: target to actor; a returned pay: back to the
+//! actor, with its refund; …).
 
 use crate::domain::Money;
-use crate::store::{accounts, Store, StoreError};
+use crate::store::{accounts, AuditPayment, PaymentEntrySum, Store, StoreError};
 use serde::Serialize;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 #[derive(Debug, Serialize)]
 pub struct AuditReport {
@@ -38,6 +40,17 @@ pub enum Discrepancy {
     HeldMismatch { held: Money, pending_pays: Money },
     /// Ledger entries for an account that is neither a user nor a system account.
     UnknownAccount { account: String, ledger: Money },
+    /// A payment's entries, net by account, differ from what its action and
+    /// status say moved.
+    PaymentMismatch {
+        payment: String,
+        expected: BTreeMap<String, Money>,
+        ledger: BTreeMap<String, Money>,
+    },
+    /// A returned pay without its refund, or a refund that does not match.
+    RefundMismatch { payment: String, problem: String },
+    /// Ledger entries that name a payment that does not exist.
+    EntriesWithoutPayment { payment: String },
 }
 
 #[tracing::instrument(skip_all)]
@@ -93,10 +106,108 @@ pub async fn run(store: &dyn Store) -> Result<AuditReport, StoreError> {
         });
     }
 
+    reconcile_payments(
+        &snapshot.payments,
+        snapshot.payment_entries,
+        &mut discrepancies,
+    );
+
     Ok(AuditReport {
         ok: discrepancies.is_empty(),
         accounts: snapshot.balances.len(),
         total_balance: Money::from_cents(total),
         discrepancies,
     })
+}
+
+/// What a payment in its state must have moved, net by account (zeros left out).
+fn expected_flows(p: &AuditPayment) -> BTreeMap<String, i64> {
+    let mut flows = BTreeMap::new();
+    let mut add = |account: &Option<String>, cents: i64| {
+        if let Some(account) = account {
+            *flows.entry(account.clone()).or_insert(0) += cents;
+        }
+    };
+    let held = Some(accounts::HELD.to_owned());
+    let a = p.amount_cents;
+    match (p.action.as_str(), p.status.as_str()) {
+        ("pay", "pending") => {
+            add(&p.actor_id, -a);
+            add(&held, a);
+        }
+        ("pay", "settled") => {
+            add(&p.actor_id, -a);
+            add(&p.target_user_id, a);
+        }
+        ("charge", "settled") => {
+            add(&p.target_user_id, -a);
+            add(&p.actor_id, a);
+        }
+        // A returned pay nets to nothing; a charge not settled moved nothing.
+        _ => {}
+    }
+    flows.retain(|_, cents| *cents != 0);
+    flows
+}
+
+fn reconcile_payments(
+    payments: &[AuditPayment],
+    entries: Vec<PaymentEntrySum>,
+    discrepancies: &mut Vec<Discrepancy>,
+) {
+    let mut actual: HashMap<String, BTreeMap<String, i64>> = HashMap::new();
+    for entry in entries {
+        if entry.total_cents != 0 {
+            actual
+                .entry(entry.payment_id)
+                .or_default()
+                .insert(entry.account, entry.total_cents);
+        } else {
+            actual.entry(entry.payment_id).or_default();
+        }
+    }
+    let money = |flows: &BTreeMap<String, i64>| {
+        flows
+            .iter()
+            .map(|(account, cents)| (account.clone(), Money::from_cents(*cents)))
+            .collect()
+    };
+    for payment in payments {
+        let expected = expected_flows(payment);
+        let ledger = actual.remove(&payment.id).unwrap_or_default();
+        if expected != ledger {
+            discrepancies.push(Discrepancy::PaymentMismatch {
+                payment: payment.id.clone(),
+                expected: money(&expected),
+                ledger: money(&ledger),
+            });
+        }
+        let returned = payment.action == "pay"
+            && matches!(payment.status.as_str(), "failed" | "cancelled" | "expired");
+        let problem = match (returned, payment.refund_amount_cents) {
+            (true, None) => Some("a returned pay has no refund".to_owned()),
+            (false, Some(_)) => Some(format!(
+                "a {} {} has a refund",
+                payment.status, payment.action
+            )),
+            (true, Some(cents)) if cents != payment.amount_cents => {
+                Some("the refund's amount differs from the pay's".to_owned())
+            }
+            (true, Some(_)) if payment.refund_target_id != payment.actor_id => {
+                Some("the refund does not go to the pay's actor".to_owned())
+            }
+            _ => None,
+        };
+        if let Some(problem) = problem {
+            discrepancies.push(Discrepancy::RefundMismatch {
+                payment: payment.id.clone(),
+                problem,
+            });
+        }
+    }
+    let mut orphans: Vec<String> = actual.into_keys().collect();
+    orphans.sort();
+    for payment in orphans {
+        discrepancies.push(Discrepancy::EntriesWithoutPayment { payment });
+    }
 }

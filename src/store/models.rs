@@ -124,4 +124,27 @@ pub struct AuditSnapshot {
     pub unbalanced_movements: Vec<LedgerSum>,
     /// The sum of the amounts of pending pays, which `@held` must hold.
     pub pending_pay_cents: i64,
+    /// Every payment (not refunds), with its refund's amount and target.
+    pub payments: Vec<AuditPayment>,
+    /// The net ledger entries of each payment, by account.
+    pub payment_entries: Vec<PaymentEntrySum>,
+}
+
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct AuditPayment {
+    pub id: String,
+    pub action: String,
+    pub status: String,
+    pub actor_id: Option<String>,
+    pub target_user_id: Option<String>,
+    pub amount_cents: i64,
+    pub refund_amount_cents: Option<i64>,
+    pub refund_target_id: Option<String>,
+}
+
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct PaymentEntrySum {
+    pub payment_id: String,
+    pub account: String,
+    pub total_cents: i64,
 }

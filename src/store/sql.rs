@@ -270,12 +270,30 @@ macro_rules! impl_store {
                 )
                 .fetch_one(&mut *tx)
                 .await?;
+                let payments = sqlx::query_as::<_, $crate::store::AuditPayment>(
+                    "SELECT p.id, p.action, p.status, p.actor_id, p.target_user_id, \
+                     p.amount_cents, r.amount_cents AS refund_amount_cents, \
+                     r.target_user_id AS refund_target_id \
+                     FROM payments p LEFT JOIN payments r ON r.id = p.refund_payment_id \
+                     WHERE p.kind = 'payment' ORDER BY p.id",
+                )
+                .fetch_all(&mut *tx)
+                .await?;
+                let payment_entries = sqlx::query_as::<_, $crate::store::PaymentEntrySum>(
+                    "SELECT payment_id, account, CAST(SUM(amount_cents) AS BIGINT) AS total_cents \
+                     FROM ledger_entries WHERE payment_id IS NOT NULL \
+                     GROUP BY payment_id, account ORDER BY payment_id, account",
+                )
+                .fetch_all(&mut *tx)
+                .await?;
                 tx.commit().await?;
                 Ok(AuditSnapshot {
                     balances,
                     ledger_sums,
                     unbalanced_movements,
                     pending_pay_cents,
+                    payments,
+                    payment_entries,
                 })
             }
         }

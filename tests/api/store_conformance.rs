@@ -17,6 +17,7 @@ on_both_backends!(
     the_first_stored_server_setting_wins,
     the_audit_finds_a_balance_changed_behind_the_ledgers_back,
     the_audit_finds_held_money_that_no_pending_pay_explains,
+    the_audit_finds_a_settlement_credited_to_the_wrong_account,
     an_expiry_decided_before_a_claim_does_not_overtake_it,
     a_settlement_decided_before_a_suspension_does_not_credit_the_account,
 );
@@ -369,12 +370,90 @@ async fn the_audit_finds_held_money_that_no_pending_pay_explains(backend: Backen
     tamper(&db, "UPDATE payments SET status = 'cancelled'").await;
     let report = ledger::audit::run(store.as_ref()).await.unwrap();
     assert!(!report.ok);
+    use ledger::audit::Discrepancy;
     assert_eq!(
-        report.discrepancies,
-        [ledger::audit::Discrepancy::HeldMismatch {
+        report.discrepancies[0],
+        Discrepancy::HeldMismatch {
             held: tally::domain::Money::from_cents(400),
             pending_pays: tally::domain::Money::from_cents(0),
-        }]
+        }
+    );
+    // The payment itself is named too: cancelled, yet its money is still held
+    // and no refund returned it.
+    assert!(matches!(
+        report.discrepancies[1..],
+        [
+            Discrepancy::PaymentMismatch { .. },
+            Discrepancy::RefundMismatch { .. }
+        ]
+    ));
+}
+
+async fn the_audit_finds_a_settlement_credited_to_the_wrong_account(backend: Backend) {
+    let Some((db, store)) = store_for(backend).await else {
+        return;
+    };
+    let ann = store
+        .insert_user(&new_user("ann", None, None))
+        .await
+        .unwrap();
+    let bob = store
+        .insert_user(&new_user("bob", None, None))
+        .await
+        .unwrap();
+    let eve = store
+        .insert_user(&new_user("eve", None, None))
+        .await
+        .unwrap();
+    ledger::deposit(store.as_ref(), &ann.id, Amount::parse("10").unwrap())
+        .await
+        .unwrap();
+    let request = ledger::payments::PaymentRequest {
+        target: ledger::payments::TargetAddress::UserId(bob.id.clone()),
+        amount: Amount::parse("4").unwrap(),
+        note: tally::domain::Note::parse("x").unwrap(),
+        audience: tally::domain::Audience::Private,
+        medium: tally::domain::Medium::Api,
+    };
+    let made = ledger::payments::create(store.as_ref(), &ann, request, None, now_micros())
+        .await
+        .unwrap();
+    ledger::payments::process_due(
+        store.as_ref(),
+        ledger::payments::Timing {
+            settlement_delay: std::time::Duration::ZERO,
+            unclaimed_expiry: std::time::Duration::from_secs(3600),
+        },
+        now_micros(),
+    )
+    .await
+    .unwrap();
+    let report = ledger::audit::run(store.as_ref()).await.unwrap();
+    assert!(report.ok, "{:?}", report.discrepancies);
+    // Eve gets bob's money, with balances and entries that agree with each
+    // other: only the payment's own record tells.
+    for sql in [
+        format!(
+            "UPDATE ledger_entries SET account = '{}' WHERE kind = 'settle' AND account = '{}'",
+            eve.id, bob.id
+        ),
+        format!("UPDATE users SET balance_cents = 0 WHERE id = '{}'", bob.id),
+        format!(
+            "UPDATE users SET balance_cents = 400 WHERE id = '{}'",
+            eve.id
+        ),
+    ] {
+        tamper(&db, &sql).await;
+    }
+    let report = ledger::audit::run(store.as_ref()).await.unwrap();
+    assert!(!report.ok);
+    assert!(
+        matches!(
+            &report.discrepancies[..],
+            [ledger::audit::Discrepancy::PaymentMismatch { payment, .. }] if *payment == made.payment.id
+        ),
+        "{:?}",
+        report.discrepancies
     );
 }
 
