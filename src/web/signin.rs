@@ -12,7 +12,7 @@ use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
 use askama::Template;
 use serde::Deserialize;
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 #[derive(Template)]
 #[template(path = "signin.html")]
@@ -141,11 +141,23 @@ async fn find_account(store: &dyn Store, identifier: &str) -> Result<Option<User
     }
 }
 
-/// The address the connection comes from (Tally does not trust forwarding
-/// headers: run it without a proxy, or make the proxy the only client).
+/// Who a request comes from, for throttling and rate limits: the connection's
+/// address (Tally does not trust forwarding headers: run it without a proxy, or
+/// make the proxy the only client). An IPv6 address stands for its /64, which
+/// one subscriber usually holds whole, so rotating through it gains nothing.
 pub fn client_ip(req: &HttpRequest) -> IpAddr {
     req.peer_addr()
-        .map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |a| a.ip())
+        .map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |a| network_of(a.ip()))
+}
+
+fn network_of(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V4(v4) => IpAddr::V4(v4),
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6(Ipv6Addr::from(u128::from(v6) & !((1u128 << 64) - 1))),
+        },
+    }
 }
 
 pub async fn sign_out(
@@ -157,4 +169,22 @@ pub async fn sign_out(
     session::check_form(&req, &state, &session, form.csrf_token.as_deref())?;
     session::sign_out(&state, &session).await?;
     Ok(see_other("/signin", None))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::network_of;
+    use std::net::IpAddr;
+
+    #[test]
+    fn an_ipv6_address_stands_for_its_64_and_ipv4_for_itself() {
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap_or(IpAddr::from([0, 0, 0, 0]));
+        assert_eq!(
+            network_of(ip("2001:db8:1:2:aaaa:bbbb:cccc:dddd")),
+            ip("2001:db8:1:2::")
+        );
+        assert_eq!(network_of(ip("2001:db8:1:2::1")), ip("2001:db8:1:2::"));
+        assert_eq!(network_of(ip("192.0.2.7")), ip("192.0.2.7"));
+        assert_eq!(network_of(ip("::ffff:192.0.2.7")), ip("192.0.2.7"));
+    }
 }
