@@ -354,16 +354,12 @@ async fn the_audit_finds_held_money_that_no_pending_pay_explains(backend: Backen
     ledger::deposit(store.as_ref(), &ann.id, Amount::parse("10").unwrap())
         .await
         .unwrap();
-    let request = ledger::payments::PaymentRequest {
-        target: ledger::payments::TargetAddress::UserId(bob.id.clone()),
-        amount: Amount::parse("4").unwrap(),
-        note: tally::domain::Note::parse("x").unwrap(),
-        audience: tally::domain::Audience::Private,
-        medium: tally::domain::Medium::Api,
-    };
-    ledger::payments::create(store.as_ref(), &ann, request, None, now_micros())
-        .await
-        .unwrap();
+    pay_four(
+        store.as_ref(),
+        &ann,
+        ledger::payments::TargetAddress::UserId(bob.id.clone()),
+    )
+    .await;
     // Held money is part of the books: the audit holds while the pay is pending.
     let report = ledger::audit::run(store.as_ref()).await.unwrap();
     assert!(report.ok, "{:?}", report.discrepancies);
@@ -408,26 +404,13 @@ async fn the_audit_finds_a_settlement_credited_to_the_wrong_account(backend: Bac
     ledger::deposit(store.as_ref(), &ann.id, Amount::parse("10").unwrap())
         .await
         .unwrap();
-    let request = ledger::payments::PaymentRequest {
-        target: ledger::payments::TargetAddress::UserId(bob.id.clone()),
-        amount: Amount::parse("4").unwrap(),
-        note: tally::domain::Note::parse("x").unwrap(),
-        audience: tally::domain::Audience::Private,
-        medium: tally::domain::Medium::Api,
-    };
-    let made = ledger::payments::create(store.as_ref(), &ann, request, None, now_micros())
-        .await
-        .unwrap();
-    ledger::payments::process_due(
+    let made = pay_four(
         store.as_ref(),
-        ledger::payments::Timing {
-            settlement_delay: std::time::Duration::ZERO,
-            unclaimed_expiry: std::time::Duration::from_secs(3600),
-        },
-        now_micros(),
+        &ann,
+        ledger::payments::TargetAddress::UserId(bob.id.clone()),
     )
-    .await
-    .unwrap();
+    .await;
+    run_workers_once(store.as_ref()).await;
     let report = ledger::audit::run(store.as_ref()).await.unwrap();
     assert!(report.ok, "{:?}", report.discrepancies);
     // Eve gets bob's money, with balances and entries that agree with each
@@ -472,18 +455,14 @@ async fn an_expiry_decided_before_a_claim_does_not_overtake_it(backend: Backend)
     ledger::deposit(store.as_ref(), &ann.id, Amount::parse("10").unwrap())
         .await
         .unwrap();
-    let request = ledger::payments::PaymentRequest {
-        target: ledger::payments::TargetAddress::Email(
+    let made = pay_four(
+        store.as_ref(),
+        &ann,
+        ledger::payments::TargetAddress::Email(
             tally::domain::Email::parse("bob@example.com").unwrap(),
         ),
-        amount: Amount::parse("4").unwrap(),
-        note: tally::domain::Note::parse("x").unwrap(),
-        audience: tally::domain::Audience::Private,
-        medium: tally::domain::Medium::Api,
-    };
-    let made = ledger::payments::create(store.as_ref(), &ann, request, None, now_micros())
-        .await
-        .unwrap();
+    )
+    .await;
     assert!(
         made.payment.target_user_id.is_none(),
         "bob has not verified it"
@@ -537,16 +516,12 @@ async fn a_settlement_decided_before_a_suspension_does_not_credit_the_account(ba
     ledger::deposit(store.as_ref(), &ann.id, Amount::parse("10").unwrap())
         .await
         .unwrap();
-    let request = ledger::payments::PaymentRequest {
-        target: ledger::payments::TargetAddress::UserId(bob.id.clone()),
-        amount: Amount::parse("4").unwrap(),
-        note: tally::domain::Note::parse("x").unwrap(),
-        audience: tally::domain::Audience::Private,
-        medium: tally::domain::Medium::Api,
-    };
-    let made = ledger::payments::create(store.as_ref(), &ann, request, None, now_micros())
-        .await
-        .unwrap();
+    let made = pay_four(
+        store.as_ref(),
+        &ann,
+        ledger::payments::TargetAddress::UserId(bob.id.clone()),
+    )
+    .await;
     // The worker saw bob active; then an operator suspended him.
     let due = store.due_payments(i64::MAX, 0, 10).await.unwrap();
     assert_eq!(due.len(), 1);
@@ -584,8 +559,35 @@ async fn a_settlement_decided_before_a_suspension_does_not_credit_the_account(ba
         "{outcome:?}"
     );
     // The next round fails it and refunds ann.
+    run_workers_once(store.as_ref()).await;
+    let payment = store.find_payments(&[made.payment.id]).await.unwrap();
+    assert_eq!(payment[0].status, "failed");
+    let report = ledger::audit::run(store.as_ref()).await.unwrap();
+    assert!(report.ok, "{:?}", report.discrepancies);
+}
+
+/// A pay (or charge) of 4.00 from `actor`, made through the ledger.
+async fn pay_four(
+    store: &dyn Store,
+    actor: &tally::store::User,
+    target: ledger::payments::TargetAddress,
+) -> ledger::payments::Made {
+    let request = ledger::payments::PaymentRequest {
+        target,
+        amount: Amount::parse("4").unwrap(),
+        note: tally::domain::Note::parse("x").unwrap(),
+        audience: tally::domain::Audience::Private,
+        medium: tally::domain::Medium::Api,
+    };
+    ledger::payments::create(store, actor, request, None, now_micros())
+        .await
+        .unwrap()
+}
+
+/// One round of the settlement and expiry workers, settling at once.
+async fn run_workers_once(store: &dyn Store) {
     ledger::payments::process_due(
-        store.as_ref(),
+        store,
         ledger::payments::Timing {
             settlement_delay: std::time::Duration::ZERO,
             unclaimed_expiry: std::time::Duration::from_secs(3600),
@@ -594,10 +596,6 @@ async fn a_settlement_decided_before_a_suspension_does_not_credit_the_account(ba
     )
     .await
     .unwrap();
-    let payment = store.find_payments(&[made.payment.id]).await.unwrap();
-    assert_eq!(payment[0].status, "failed");
-    let report = ledger::audit::run(store.as_ref()).await.unwrap();
-    assert!(report.ok, "{:?}", report.discrepancies);
 }
 
 /// Runs raw SQL against a test database, bypassing the store.
