@@ -2,7 +2,7 @@
 
 use crate::auth::password::PasswordHasher;
 use crate::domain::{new_id, now_micros, Email, Password, Phone, Username};
-use crate::store::{NewUser, Store, StoreError, User};
+use crate::store::{NewUser, Store, StoreError, User, UserKey};
 
 /// A new account, parsed.
 #[derive(Debug)]
@@ -52,6 +52,13 @@ pub async fn create(
     hasher: &PasswordHasher,
     account: NewAccount,
 ) -> Result<User, CreateAccountError> {
+    if let Some(field) =
+        verified_elsewhere(store, account.email.as_ref(), account.phone.as_ref(), None)
+            .await
+            .map_err(CreateAccountError::Store)?
+    {
+        return Err(CreateAccountError::Taken(field));
+    }
     let password_hash = hasher.hash(&account.password).await?;
     let user = store
         .insert_user(&NewUser {
@@ -79,6 +86,32 @@ pub async fn create(
             .map_err(CreateAccountError::Store)?;
     }
     Ok(user)
+}
+
+/// Which of these addresses (`"email"` or `"phone"`) another account than
+/// `except` has verified, which makes it theirs. An unverified address may be
+/// held by several accounts until one of them verifies it, so nobody can keep
+/// an address from its owner by signing up with it first.
+pub async fn verified_elsewhere(
+    store: &dyn Store,
+    email: Option<&Email>,
+    phone: Option<&Phone>,
+    except: Option<&str>,
+) -> Result<Option<&'static str>, StoreError> {
+    let other = |u: &User| except != Some(u.id.as_str());
+    if let Some(email) = email {
+        let holder = store.find_user(UserKey::Email(email.as_str())).await?;
+        if holder.is_some_and(|u| u.email_verified && other(&u)) {
+            return Ok(Some("email"));
+        }
+    }
+    if let Some(phone) = phone {
+        let holder = store.find_user(UserKey::Phone(phone.as_str())).await?;
+        if holder.is_some_and(|u| u.phone_verified && other(&u)) {
+            return Ok(Some("phone"));
+        }
+    }
+    Ok(None)
 }
 
 /// Why a password chosen at sign-up is refused, in words to show.

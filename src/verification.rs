@@ -76,11 +76,16 @@ pub async fn verify(
     if !token.starts_with(PREFIX) {
         return Ok(None);
     }
-    let Some(user) = store
+    let user = match store
         .use_verification(&credentials::digest(token), now_micros())
-        .await?
-    else {
-        return Ok(None);
+        .await
+    {
+        Ok(Some(user)) => user,
+        Ok(None) => return Ok(None),
+        // Another account verified this address first: it is theirs now, and
+        // this link cannot make it this account's.
+        Err(StoreError::Conflict(_)) => return Ok(None),
+        Err(other) => return Err(other),
     };
     accounts::on_contact_verified(store, &user, settings).await?;
     Ok(Some(user))

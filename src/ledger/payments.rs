@@ -111,21 +111,28 @@ pub async fn create(
             ("user", Some(user), None, None)
         }
         TargetAddress::Email(email) => {
-            let owner = store.find_user(UserKey::Email(email.as_str())).await?;
-            if owner.as_ref().is_some_and(|u| u.id == actor.id) {
+            // An address belongs to an account once the account has verified
+            // it; one's own address, verified or not, is no one else's to pay.
+            let owner = store
+                .find_user(UserKey::Email(email.as_str()))
+                .await?
+                .filter(|u| u.email_verified);
+            let own = actor.email.as_deref() == Some(email.as_str());
+            if own && owner.as_ref().is_none_or(|u| u.id == actor.id) {
                 return Err(CreateError::InvalidTarget("you cannot pay yourself".into()));
             }
-            // An address belongs to an account once the account has verified it.
-            let owner = owner.filter(|u| u.email_verified);
             let address = owner.is_none().then(|| email.as_str().to_owned());
             ("email", owner, address, None)
         }
         TargetAddress::Phone(phone) => {
-            let owner = store.find_user(UserKey::Phone(phone.as_str())).await?;
-            if owner.as_ref().is_some_and(|u| u.id == actor.id) {
+            let owner = store
+                .find_user(UserKey::Phone(phone.as_str()))
+                .await?
+                .filter(|u| u.phone_verified);
+            let own = actor.phone.as_deref() == Some(phone.as_str());
+            if own && owner.as_ref().is_none_or(|u| u.id == actor.id) {
                 return Err(CreateError::InvalidTarget("you cannot pay yourself".into()));
             }
-            let owner = owner.filter(|u| u.phone_verified);
             let address = owner.is_none().then(|| phone.as_str().to_owned());
             ("phone", owner, None, address)
         }

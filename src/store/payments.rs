@@ -722,7 +722,7 @@ macro_rules! impl_payment_store {
                     "SELECT {} FROM users WHERE suspended = FALSE AND ( \
                        lower(username) LIKE $1 ESCAPE '\\' \
                        OR lower(first_name || ' ' || last_name) LIKE $1 ESCAPE '\\' \
-                       OR email = $2 OR phone = $3) \
+                       OR (email = $2 AND email_verified) OR (phone = $3 AND phone_verified)) \
                      ORDER BY lower(username), id LIMIT $4 OFFSET $5",
                     $crate::store::sql::USER_COLUMNS
                 );

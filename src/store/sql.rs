@@ -87,14 +87,16 @@ macro_rules! impl_store {
 
             #[tracing::instrument(skip_all)]
             async fn find_user(&self, key: UserKey<'_>) -> Result<Option<User>, StoreError> {
-                let (condition, value) = match key {
-                    UserKey::Id(v) => ("id = $1", v),
-                    UserKey::Username(v) => ("lower(username) = lower($1)", v),
-                    UserKey::Email(v) => ("email = $1", v),
-                    UserKey::Phone(v) => ("phone = $1", v),
+                // Several accounts may hold one unverified address; the one
+                // that verified it comes first, else the earliest.
+                let (condition, order, value) = match key {
+                    UserKey::Id(v) => ("id = $1", "id", v),
+                    UserKey::Username(v) => ("lower(username) = lower($1)", "id", v),
+                    UserKey::Email(v) => ("email = $1", "email_verified DESC, date_joined, id", v),
+                    UserKey::Phone(v) => ("phone = $1", "phone_verified DESC, date_joined, id", v),
                 };
                 let sql = format!(
-                    "SELECT {} FROM users WHERE {condition}",
+                    "SELECT {} FROM users WHERE {condition} ORDER BY {order} LIMIT 1",
                     $crate::store::sql::USER_COLUMNS
                 );
                 Ok(sqlx::query_as::<_, User>(&sql)

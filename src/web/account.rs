@@ -281,23 +281,38 @@ pub async fn update_contacts(
         forms::stash(&session, CONTACT_FORM, &refused);
         return Ok(see_other("/account#contact", None));
     }
-    let phone = phone.as_ref().map(Phone::as_str);
-    if user.email.as_deref() == Some(email.as_str()) && user.phone.as_deref() == phone {
+    let phone_text = phone.as_ref().map(Phone::as_str);
+    if user.email.as_deref() == Some(email.as_str()) && user.phone.as_deref() == phone_text {
         session::flash(
             &session,
             "Your e-mail address and phone number are unchanged.",
         );
         return Ok(see_other("/account", None));
     }
-    let updated = match store.update_contacts(&user.id, email.as_str(), phone).await {
+    // An address another account has verified is theirs; the database's
+    // unique index on verified addresses settles a race between two.
+    let outcome =
+        match accounts::verified_elsewhere(store, Some(&email), phone.as_ref(), Some(&user.id))
+            .await?
+        {
+            Some(field) => Err(field),
+            None => match store
+                .update_contacts(&user.id, email.as_str(), phone_text)
+                .await
+            {
+                Ok(updated) => Ok(updated),
+                Err(StoreError::Conflict(field)) => Err(field),
+                Err(other) => return Err(other.into()),
+            },
+        };
+    let updated = match outcome {
         Ok(updated) => updated,
-        Err(StoreError::Conflict(field)) => {
+        Err(field) => {
             let field = if field == "phone" { "phone" } else { "email" };
             refused.error(field, "Another account uses this address.");
             forms::stash(&session, CONTACT_FORM, &refused);
             return Ok(see_other("/account#contact", None));
         }
-        Err(other) => return Err(other.into()),
     };
     let Some(updated) = updated else {
         return Err(PageError::SignInRequired {

@@ -169,6 +169,8 @@ async fn bad_operator_input_is_refused_and_writes_nothing(backend: Backend) {
             "password1",
             "--email",
             "ann@example.com",
+            // Verified, so the address is ann's: nobody else may take it.
+            "--verified",
             "--json",
         ],
     );

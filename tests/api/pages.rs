@@ -295,7 +295,7 @@ async fn sign_up_refuses_each_bad_field_with_a_message_and_keeps_the_rest(backen
 }
 
 async fn sign_up_refuses_a_taken_username_or_email(backend: Backend) {
-    let Some((app, _sink)) = spawn(backend).await else {
+    let Some((app, sink)) = spawn(backend).await else {
         return;
     };
     let username = unique("cat");
@@ -304,6 +304,45 @@ async fn sign_up_refuses_a_taken_username_or_email(backend: Backend) {
             .await
             .status,
         303
+    );
+    // While cat has not verified the address, someone else may sign up with
+    // it too (it is nobody's yet, and squatting it blocks no one).
+    let copy = sign_up(
+        &Browser::new(&app.origin),
+        &unique("dup"),
+        &[("email", &format!("{username}@example.com"))],
+    )
+    .await;
+    assert_eq!(
+        copy.location().as_deref(),
+        Some("/account"),
+        "{}",
+        copy.body
+    );
+    // Once cat verifies it, it is cat's.
+    let cat = app
+        .store
+        .find_user(UserKey::Username(&username))
+        .await
+        .unwrap()
+        .unwrap();
+    app.store
+        .update_user_flags(
+            &cat.id,
+            tally::store::UserFlags {
+                verified: Some(true),
+                suspended: None,
+            },
+        )
+        .await
+        .unwrap();
+    // The copy's own link, sent before, cannot take the address from cat.
+    let duplicate_link = sink.token_for(&format!("{username}@example.com")).await;
+    let answer = verify(&Browser::new(&app.origin), &duplicate_link).await;
+    assert!(
+        answer.text().contains("This link does not work"),
+        "{}",
+        answer.text()
     );
     for (changes, field) in [
         (vec![("username", username.to_uppercase())], "username"),

@@ -78,18 +78,48 @@ async fn usernames_emails_and_phones_are_unique(backend: Backend) {
     let Some((_db, store)) = store_for(backend).await else {
         return;
     };
-    store
-        .insert_user(&new_user(
+    let verified = |mut user: NewUser| {
+        user.verified = true;
+        user
+    };
+    // An unverified address may be held twice: nobody can keep it from its
+    // owner by signing up with it first.
+    for name in ["ann0", "ann1"] {
+        store
+            .insert_user(&new_user(
+                name,
+                Some("ann@example.com"),
+                Some("+12125550187"),
+            ))
+            .await
+            .unwrap();
+    }
+    let ann = store
+        .insert_user(&verified(new_user(
             "ann",
             Some("ann@example.com"),
             Some("+12125550187"),
-        ))
+        )))
         .await
         .unwrap();
+    // Found by address: the account that verified it.
+    for key in [
+        UserKey::Email("ann@example.com"),
+        UserKey::Phone("+12125550187"),
+    ] {
+        let found = store.find_user(key).await.unwrap().unwrap();
+        assert_eq!(found.id, ann.id, "{key:?}");
+    }
     for (user, field) in [
         (new_user("ANN", None, None), "username"),
-        (new_user("ann2", Some("ann@example.com"), None), "email"),
-        (new_user("ann3", None, Some("+12125550187")), "phone"),
+        (
+            verified(new_user("ann2", Some("ann@example.com"), None)),
+            "email",
+        ),
+        (
+            verified(new_user("ann3", None, Some("+12125550187"))),
+            "phone",
+        ),
     ] {
         match store.insert_user(&user).await {
             Err(StoreError::Conflict(f)) => assert_eq!(f, field),

@@ -107,6 +107,17 @@ async fn users_are_shown_searched_and_their_friends_paged(backend: Backend) {
             email: Some("ann@example.com"),
             phone: Some("+12125550187"),
             first_name: Some("Annabel"),
+            verified: true,
+            ..Default::default()
+        },
+    )
+    .await;
+    // An address nobody has verified finds nobody.
+    person_with(
+        store,
+        "ghost",
+        PersonSpec {
+            email: Some("ghost@example.com"),
             ..Default::default()
         },
     )
@@ -134,6 +145,7 @@ async fn users_are_shown_searched_and_their_friends_paged(backend: Backend) {
         ("annabel", 1),
         ("ann@example.com", 1),
         ("(212) 555-0187", 1),
+        ("ghost@example.com", 0),
         ("nobody-like-this", 0),
         ("%", 0),
     ] {
