@@ -134,8 +134,15 @@ fn main() -> ExitCode {
         Err(e) if !e.use_stderr() => e.exit(), // --help and --version
         Err(e) => {
             if wants_json {
-                // clap's first paragraph, without its "error: " and the usage.
-                let rendered = e.to_string();
+                // clap's first paragraph, without its "error: " and the usage
+                // (for a missing subcommand clap renders the help instead).
+                let rendered = if e.kind()
+                    == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+                {
+                    "a subcommand is missing (see --help)".to_owned()
+                } else {
+                    e.to_string()
+                };
                 let message = rendered
                     .lines()
                     .map(str::trim)

@@ -28,6 +28,17 @@ pub enum ParamValue {
     Structured,
 }
 
+impl ParamValue {
+    /// The same value, however it came: `amount=1` in a query string and
+    /// `"amount": 1` in JSON agree.
+    fn same_as(&self, other: &ParamValue) -> bool {
+        match (self, other) {
+            (Self::Text(a) | Self::Number(a), Self::Text(b) | Self::Number(b)) => a == b,
+            _ => self == other,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Default)]
 pub struct Params(Rc<HashMap<String, ParamValue>>);
 
@@ -116,7 +127,7 @@ fn merge(
     value: ParamValue,
 ) -> Result<(), ApiError> {
     match map.get(&key) {
-        Some(existing) if *existing != value => Err(ApiError::InvalidRequest(format!(
+        Some(existing) if !existing.same_as(&value) => Err(ApiError::InvalidRequest(format!(
             "parameter {key} is given twice with different values"
         ))),
         _ => {

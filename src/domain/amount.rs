@@ -1,4 +1,3 @@
-use rust_decimal::Decimal;
 use serde::{Serialize, Serializer};
 use std::fmt;
 
@@ -59,58 +58,102 @@ impl Amount {
     /// from `i64` overflow.
     pub const MAX_ABS: Money = Money::from_cents(10_000_000_000);
 
+    /// Parses decimal dollars written `-?digits[.digits]` (surrounding
+    /// whitespace ignored): no exponent, no thousands separator, no bare `.5`
+    /// or `5.`. Exact: the digits become cents by integer arithmetic, and what
+    /// does not fit in cents is refused, never rounded.
     pub fn parse(input: &str) -> Result<Self, AmountError> {
         let trimmed = input.trim();
-        // Only plain decimal notation, `-?digits[.digits]`: no exponents, no
-        // thousands separators, no bare `.5` or `5.`.
-        let unsigned = trimmed.strip_prefix('-').unwrap_or(trimmed);
-        let digits = |part: &str| !part.is_empty() && part.bytes().all(|b| b.is_ascii_digit());
-        let plain = match unsigned.split_once('.') {
-            Some((whole, fraction)) => digits(whole) && digits(fraction),
-            None => digits(unsigned),
+        let (negative, unsigned) = split_sign(trimmed);
+        let (whole, fraction) = match unsigned.split_once('.') {
+            Some((whole, fraction)) if all_digits(whole) && all_digits(fraction) => {
+                (whole, fraction)
+            }
+            None if all_digits(unsigned) => (unsigned, ""),
+            _ => return Err(AmountError::NotANumber),
         };
-        if !plain {
+        Self::from_digits(negative, whole, fraction)
+    }
+
+    /// Parses a JSON number literal, which may use an exponent (`-2.5e0`).
+    /// The decimal point is moved within the digits, so the value stays exact.
+    pub fn parse_json_number(literal: &str) -> Result<Self, AmountError> {
+        let Some((mantissa, exponent)) = literal.split_once(['e', 'E']) else {
+            return Self::parse(literal);
+        };
+        let (negative, unsigned) = split_sign(mantissa);
+        let (whole, fraction) = unsigned.split_once('.').unwrap_or((unsigned, ""));
+        let digits = format!("{whole}{fraction}");
+        if !all_digits(&digits) {
             return Err(AmountError::NotANumber);
         }
-        // Far more digits than any amount has: refused before the decimal
-        // arithmetic, which has a 28-digit ceiling.
-        if unsigned.len() > 40 {
-            return Err(AmountError::TooLarge(Self::MAX_ABS));
-        }
-        // `from_str_exact` refuses what it would otherwise round (digits past
-        // its precision), so `5000.0000…01` is not taken for 5000.00.
-        let value = Decimal::from_str_exact(trimmed).map_err(|e| match e {
-            rust_decimal::Error::Underflow => AmountError::TooPrecise,
-            _ => AmountError::TooLarge(Self::MAX_ABS),
-        })?;
-        Self::from_decimal(value)
-    }
-
-    /// Parses a JSON number literal, which may use an exponent (`1.25e2`).
-    pub fn parse_json_number(literal: &str) -> Result<Self, AmountError> {
-        if literal.contains(['e', 'E']) {
-            Self::from_decimal(
-                Decimal::from_scientific(literal).map_err(|_| AmountError::NotANumber)?,
-            )
-        } else {
-            Self::parse(literal)
-        }
-    }
-
-    /// The value is what counts, not how it is written: `7.000` is 7 dollars.
-    fn from_decimal(value: Decimal) -> Result<Self, AmountError> {
-        let value = value.normalize();
-        if value.scale() > 2 {
-            return Err(AmountError::TooPrecise);
-        }
-        if value.is_zero() {
+        let exponent: i64 = match exponent.strip_prefix('+').unwrap_or(exponent).parse() {
+            Ok(exponent) => exponent,
+            // Beyond i64: unimaginably small or large.
+            Err(_) if exponent.starts_with('-') => return Err(AmountError::TooPrecise),
+            Err(_) => return Err(AmountError::TooLarge(Self::MAX_ABS)),
+        };
+        // The value is `significant` with the decimal point `point` digits
+        // from its left (negative: zeros come first).
+        let significant = digits.trim_start_matches('0');
+        let leading_zeros = (digits.len() - significant.len()) as i64;
+        let point = (whole.len() as i64 - leading_zeros).saturating_add(exponent);
+        let significant = significant.trim_end_matches('0');
+        if significant.is_empty() {
             return Err(AmountError::Zero);
         }
-        let cents = scaled_cents(value).ok_or(AmountError::TooLarge(Self::MAX_ABS))?;
-        if cents.unsigned_abs() > Self::MAX_ABS.cents().unsigned_abs() {
+        let length = significant.len() as i64;
+        if length.saturating_sub(point) > 2 {
+            return Err(AmountError::TooPrecise);
+        }
+        if point > 15 {
             return Err(AmountError::TooLarge(Self::MAX_ABS));
         }
-        Ok(Self(Money::from_cents(cents)))
+        // Now at most 2 digits follow the point and at most 15 precede it.
+        let (whole, fraction) = if point <= 0 {
+            let zeros = "0".repeat(usize::try_from(-point).unwrap_or(0));
+            (String::new(), format!("{zeros}{significant}"))
+        } else if point >= length {
+            let zeros = "0".repeat(usize::try_from(point - length).unwrap_or(0));
+            (format!("{significant}{zeros}"), String::new())
+        } else {
+            let (whole, fraction) = significant.split_at(usize::try_from(point).unwrap_or(0));
+            (whole.to_owned(), fraction.to_owned())
+        };
+        Self::from_digits(negative, &whole, &fraction)
+    }
+
+    /// Cents from whole-dollar and fraction digits (either may be empty).
+    fn from_digits(negative: bool, whole: &str, fraction: &str) -> Result<Self, AmountError> {
+        let fraction = fraction.trim_end_matches('0');
+        if fraction.len() > 2 {
+            return Err(AmountError::TooPrecise);
+        }
+        let whole = whole.trim_start_matches('0');
+        // Over 15 digits of dollars is past every bound (and past i64).
+        if whole.len() > 15 {
+            return Err(AmountError::TooLarge(Self::MAX_ABS));
+        }
+        let dollars: i64 = if whole.is_empty() {
+            0
+        } else {
+            whole.parse().map_err(|_| AmountError::NotANumber)?
+        };
+        let cents: i64 = format!("{fraction:0<2}")
+            .parse()
+            .map_err(|_| AmountError::NotANumber)?;
+        let total = dollars * 100 + cents;
+        if total == 0 {
+            return Err(AmountError::Zero);
+        }
+        if total > Self::MAX_ABS.cents() {
+            return Err(AmountError::TooLarge(Self::MAX_ABS));
+        }
+        Ok(Self(Money::from_cents(if negative {
+            -total
+        } else {
+            total
+        })))
     }
 
     /// Parses an amount that must be positive (a deposit, a pay).
@@ -131,12 +174,15 @@ impl Amount {
     }
 }
 
-/// Exact cents of a decimal with at most two fractional digits; `None` when
-/// they do not fit.
-fn scaled_cents(value: Decimal) -> Option<i64> {
-    let mut shifted = value.checked_mul(Decimal::ONE_HUNDRED)?;
-    shifted.rescale(0);
-    i64::try_from(shifted.mantissa()).ok()
+fn split_sign(text: &str) -> (bool, &str) {
+    match text.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, text),
+    }
+}
+
+fn all_digits(text: &str) -> bool {
+    !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit())
 }
 
 #[cfg(test)]
@@ -224,9 +270,40 @@ mod tests {
             Amount::parse_json_number("1e-3"),
             Err(AmountError::TooPrecise)
         );
-        for huge in ["1e28", "7.9e26", "1e400"] {
-            assert!(Amount::parse_json_number(huge).is_err(), "{huge}");
+        for huge in ["1e28", "7.9e26", "1e400", "1e99999999999999999999"] {
+            assert_eq!(
+                Amount::parse_json_number(huge),
+                Err(AmountError::TooLarge(Amount::MAX_ABS)),
+                "{huge}"
+            );
         }
+        // Exact: digits past the cents are refused, never rounded away.
+        for too_precise in [
+            "-5.000000000000000000000000000000001e3",
+            "1.0000000000000000000000000000009e0",
+            "0.0099999999999999999999999999999e0",
+            "1e-99999999999999999999",
+        ] {
+            assert_eq!(
+                Amount::parse_json_number(too_precise),
+                Err(AmountError::TooPrecise),
+                "{too_precise}"
+            );
+        }
+        for (literal, cents) in [
+            ("0.0000000000000000000000000000000000000000001e43", 100),
+            ("1250e-2", 1250),
+            ("0.5e1", 500),
+            ("1E+2", 10000),
+            ("-0.01e0", -1),
+        ] {
+            assert_eq!(
+                Amount::parse_json_number(literal).map(Amount::cents),
+                Ok(cents),
+                "{literal}"
+            );
+        }
+        assert_eq!(Amount::parse_json_number("0e5"), Err(AmountError::Zero));
     }
 
     #[test]

@@ -589,6 +589,20 @@ async fn charges_are_approved_denied_or_cancelled_by_the_right_party(backend: Ba
         .unwrap();
     let text = response.text().await.unwrap();
     assert!(text.contains(r#""amount":2.50"#), "{text}");
+    // The same value in the query and in the JSON body is no conflict.
+    let response = app
+        .http
+        .post(app.url("/v1/payments?amount=-1"))
+        .bearer_auth(&bob.token)
+        .header("content-type", "application/json")
+        .body(format!(
+            r#"{{"user_id":"{}","note":"x","amount":-1}}"#,
+            eve.id
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
     audit_ok(store).await;
 }
 
@@ -816,6 +830,26 @@ async fn bad_inputs_are_refused_with_their_code_and_write_nothing(backend: Backe
         .unwrap();
     assert_eq!(response.status(), 400);
     assert!(response.text().await.unwrap().contains("invalid_request"));
+    // Exponents are exact too: a digit past the cents is refused, not rounded.
+    for amount in [
+        "1.0000000000000000000000000000009e0",
+        "-5.000000000000000000000000000000001e3",
+    ] {
+        let response = app
+            .http
+            .post(app.url("/v1/payments"))
+            .bearer_auth(&ann.token)
+            .header("content-type", "application/json")
+            .body(format!(
+                r#"{{"user_id":"{}","note":"x","amount":{amount}}}"#,
+                bob.id
+            ))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 400, "{amount}");
+        assert!(response.text().await.unwrap().contains("invalid_amount"));
+    }
 
     // Reads and updates.
     for (path, code) in [
