@@ -4,10 +4,9 @@ use crate::accounts::{self, CreateAccountError, NewAccount};
 use crate::auth::password::PasswordHasher;
 use crate::domain::{now_micros, Amount, Email, Password, Phone, Username};
 use crate::ledger;
-use crate::oauth::credentials;
+use crate::oauth::credentials::{self, CredentialKind};
 use crate::store::{AppUpdate, NewApp, Store, UserKey};
-use secrecy::{ExposeSecret, SecretString};
-use sha2::{Digest, Sha256};
+use secrecy::SecretString;
 
 pub const DEMO_PASSWORD: &str = "tally-demo-password";
 pub const DEMO_CLIENT_ID: &str = "tally-demo-app";
@@ -59,13 +58,13 @@ pub struct DemoCredentials {
     pub authorize_url: String,
 }
 
-/// Creates whatever demo data is missing; running it again changes nothing.
-/// The app secret is derived from the server's secret key so that it can be
-/// printed on every start while only its digest is stored.
+/// Creates whatever demo data is missing; running it again creates nothing new.
+/// The demo app gets a fresh client secret on every start, so it can be printed
+/// each time while only its digest is stored (and a copy of the database yields
+/// none).
 pub async fn seed(
     store: &dyn Store,
     hasher: &PasswordHasher,
-    secret_key: &SecretString,
     public_origin: &str,
 ) -> anyhow::Result<DemoCredentials> {
     let mut ids = Vec::new();
@@ -111,8 +110,7 @@ pub async fn seed(
         store.add_friendship(alice, carol, now_micros()).await?;
     }
 
-    let derived = Sha256::digest(format!("{}:demo-app-secret", secret_key.expose_secret()));
-    let secret = credentials::from_secret(format!("tly_secret_{}", hex::encode(derived)));
+    let secret = credentials::generate(CredentialKind::ClientSecret);
     let redirect_url = format!("{public_origin}/demo/callback");
     let details = AppUpdate {
         name: "Tally Demo App".to_owned(),
@@ -123,11 +121,9 @@ pub async fn seed(
     match store.find_app(DEMO_CLIENT_ID).await? {
         // The origin may differ from the last run's: keep the redirect URL on it.
         Some(app) => {
-            if app.secret_digest != secret.digest {
-                store
-                    .replace_app_secret(&app.owner_id, DEMO_CLIENT_ID, &secret.digest)
-                    .await?;
-            }
+            store
+                .replace_app_secret(&app.owner_id, DEMO_CLIENT_ID, &secret.digest)
+                .await?;
             store
                 .update_own_app(&app.owner_id, DEMO_CLIENT_ID, &details)
                 .await?;

@@ -200,12 +200,11 @@ async fn run(command: Command, settings: Settings) -> ExitCode {
 
 async fn serve(settings: Settings, with_demo: bool) -> anyhow::Result<()> {
     let store = startup::open_store(&settings).await?;
-    let secret_key = startup::resolve_secret_key(&settings, store.as_ref()).await?;
     let app = Application::build(settings, store.clone()).await?;
     if with_demo {
         let origin = app.public_origin().to_owned();
         let hasher = PasswordHasher::new(2);
-        let demo = demo::seed(store.as_ref(), &hasher, &secret_key, &origin).await?;
+        let demo = demo::seed(store.as_ref(), &hasher, &origin).await?;
         print_demo(&demo, &origin);
     }
     app.run_until_stopped().await?;

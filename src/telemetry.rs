@@ -44,7 +44,13 @@ pub fn redact_target(path: &str, query: &str) -> String {
     }
     let redacted: String = url::form_urlencoded::Serializer::new(String::new())
         .extend_pairs(url::form_urlencoded::parse(query.as_bytes()).map(|(k, v)| {
-            let hidden = SECRET_PARAMETERS.contains(&k.to_ascii_lowercase().as_str());
+            // Tally's own credentials are recognised by their prefix wherever
+            // they appear, even under a misspelt or mangled name.
+            if k.contains("tly_") {
+                return ("REDACTED".into(), "REDACTED".into());
+            }
+            let hidden =
+                SECRET_PARAMETERS.contains(&k.to_ascii_lowercase().as_str()) || v.contains("tly_");
             (k, if hidden { "REDACTED".into() } else { v })
         }))
         .finish();
@@ -96,5 +102,14 @@ mod tests {
         assert!(!line.contains("hunter2"));
         assert!(line.contains("limit=5"));
         assert_eq!(redact_target("/healthz", ""), "/healthz");
+        // A credential under a mangled name is still found by its prefix.
+        for query in [
+            "access_token%3Dtly_at_secret1",
+            "access_token[]=tly_at_secret1",
+            "x=tly_rt_secret1",
+        ] {
+            let line = redact_target("/v1/me", query);
+            assert!(!line.contains("secret1"), "{query}: {line}");
+        }
     }
 }

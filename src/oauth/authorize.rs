@@ -178,15 +178,34 @@ pub async fn validate(
     })))
 }
 
+/// Parameters Tally adds to an authorization response. An override whose own
+/// query already has one would hand the app two values, the first of them
+/// chosen by whoever crafted the link.
+const RESPONSE_PARAMETERS: &[&str] = &[
+    "access_token",
+    "token_type",
+    "expires_in",
+    "scope",
+    "state",
+    "code",
+    "iss",
+    "error",
+    "error_description",
+];
+
 /// The override policy: same scheme, host and port as the registered URL, no
-/// fragment; path and query may differ.
+/// fragment; path and query may differ, but the query may not carry the
+/// parameters of the response.
 fn allowed_override(registered: &RedirectUrl, given: &str) -> Option<Url> {
     let given = RedirectUrl::parse(given).ok()?;
     let (a, b) = (registered.url(), given.url());
     let same_origin = a.scheme() == b.scheme()
         && a.host_str() == b.host_str()
         && a.port_or_known_default() == b.port_or_known_default();
-    same_origin.then(|| b.clone())
+    let clean_query = !b
+        .query_pairs()
+        .any(|(name, _)| RESPONSE_PARAMETERS.contains(&name.as_ref()));
+    (same_origin && clean_query).then(|| b.clone())
 }
 
 /// RFC 7636 §4.1: 43 to 128 characters of the unreserved set.

@@ -457,9 +457,22 @@ async fn demo_seeds_once_and_prints_a_working_authorize_url(backend: Backend) {
         return;
     };
     let url = db.url_string();
+    let mut secrets = Vec::new();
     for run in 0..2 {
         let demo = ServeProcess::start_command("demo", &url, &[]);
         let printed = demo.wait_for_stdout("/v1/oauth/authorize?");
+        // A fresh demo secret each start: none can be rebuilt from the database.
+        let secret = printed
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("client_secret:"))
+            .map(|s| s.trim().to_owned())
+            .unwrap();
+        assert!(secret.starts_with("tly_secret_"), "{secret}");
+        assert!(
+            !secrets.contains(&secret),
+            "run {run}: the same secret again"
+        );
+        secrets.push(secret);
         assert!(
             printed.contains(&format!("running at {}", demo.origin)),
             "{printed}"

@@ -308,6 +308,23 @@ async fn bad_authorize_requests_show_an_error_page_and_never_redirect(backend: B
                 ("redirect_uri", "app.example.com/callback"),
             ]),
         ),
+        (
+            "a query with a response parameter",
+            f.authorize_url(&[
+                ("scope", "access_profile"),
+                (
+                    "redirect_uri",
+                    "https://app.example.com/callback?access_token=x",
+                ),
+            ]),
+        ),
+        (
+            "a query with a code",
+            f.authorize_url(&[
+                ("scope", "access_profile"),
+                ("redirect_uri", "https://app.example.com/callback?code=x"),
+            ]),
+        ),
     ];
     let browser = Browser::new(&app.origin);
     for (case, url) in cases {
