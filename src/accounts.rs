@@ -114,6 +114,40 @@ pub async fn verified_elsewhere(
     Ok(None)
 }
 
+#[derive(Debug, thiserror::Error)]
+pub enum ChangeContactsError {
+    /// Another account has verified this address (`"email"` or `"phone"`).
+    #[error("another account uses this {0}")]
+    Taken(&'static str),
+    #[error("the account no longer exists")]
+    Gone,
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Gives `user` these e-mail and phone addresses. An address that changes is
+/// unverified until its link is followed; one another account has verified
+/// is refused (the unique index on verified addresses settles a race).
+pub async fn change_contacts(
+    store: &dyn Store,
+    user: &User,
+    email: &Email,
+    phone: Option<&Phone>,
+) -> Result<User, ChangeContactsError> {
+    if let Some(field) = verified_elsewhere(store, Some(email), phone, Some(&user.id)).await? {
+        return Err(ChangeContactsError::Taken(field));
+    }
+    match store
+        .update_contacts(&user.id, email.as_str(), phone.map(Phone::as_str))
+        .await
+    {
+        Ok(Some(updated)) => Ok(updated),
+        Ok(None) => Err(ChangeContactsError::Gone),
+        Err(StoreError::Conflict(field)) => Err(ChangeContactsError::Taken(field)),
+        Err(other) => Err(other.into()),
+    }
+}
+
 /// Why a password chosen at sign-up is refused, in words to show.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 #[error("{0}")]

@@ -4,11 +4,11 @@
 use super::forms::{self, sentence, FormState};
 use super::signin::client_ip;
 use super::{page, see_other, session, PageError};
-use crate::accounts;
+use crate::accounts::{self, ChangeContactsError};
 use crate::domain::{now_micros, Email, Money, Phone};
 use crate::oauth::throttle::{self, Attempt};
 use crate::startup::AppState;
-use crate::store::{ConsentRow, ProfileUpdate, StoreError, User};
+use crate::store::{ConsentRow, ProfileUpdate, User};
 use crate::verification;
 use crate::web::session::CsrfForm;
 use actix_session::Session;
@@ -281,43 +281,29 @@ pub async fn update_contacts(
         forms::stash(&session, CONTACT_FORM, &refused);
         return Ok(see_other("/account#contact", None));
     }
-    let phone_text = phone.as_ref().map(Phone::as_str);
-    if user.email.as_deref() == Some(email.as_str()) && user.phone.as_deref() == phone_text {
+    if user.email.as_deref() == Some(email.as_str())
+        && user.phone.as_deref() == phone.as_ref().map(Phone::as_str)
+    {
         session::flash(
             &session,
             "Your e-mail address and phone number are unchanged.",
         );
         return Ok(see_other("/account", None));
     }
-    // An address another account has verified is theirs; the database's
-    // unique index on verified addresses settles a race between two.
-    let outcome =
-        match accounts::verified_elsewhere(store, Some(&email), phone.as_ref(), Some(&user.id))
-            .await?
-        {
-            Some(field) => Err(field),
-            None => match store
-                .update_contacts(&user.id, email.as_str(), phone_text)
-                .await
-            {
-                Ok(updated) => Ok(updated),
-                Err(StoreError::Conflict(field)) => Err(field),
-                Err(other) => return Err(other.into()),
-            },
-        };
-    let updated = match outcome {
+    let updated = match accounts::change_contacts(store, &user, &email, phone.as_ref()).await {
         Ok(updated) => updated,
-        Err(field) => {
+        Err(ChangeContactsError::Taken(field)) => {
             let field = if field == "phone" { "phone" } else { "email" };
             refused.error(field, "Another account uses this address.");
             forms::stash(&session, CONTACT_FORM, &refused);
             return Ok(see_other("/account#contact", None));
         }
-    };
-    let Some(updated) = updated else {
-        return Err(PageError::SignInRequired {
-            return_to: "/account".to_owned(),
-        });
+        Err(ChangeContactsError::Gone) => {
+            return Err(PageError::SignInRequired {
+                return_to: "/account".to_owned(),
+            })
+        }
+        Err(ChangeContactsError::Store(e)) => return Err(e.into()),
     };
     let message = match verification::send_links(
         store,
