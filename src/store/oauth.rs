@@ -350,7 +350,9 @@ macro_rules! impl_oauth_store {
                         .fetch_one(&mut *tx)
                         .await?;
                         if record.client_id.as_deref() != Some(client_id) {
-                            // Not this client's code: leave it as it was.
+                            // Not this client's code: leave it as it was, and
+                            // release its row at once.
+                            tx.rollback().await?;
                             return Ok(CodeUse::Unknown);
                         }
                         // Locks the grant (PostgreSQL), so a revocation either

@@ -436,7 +436,9 @@ macro_rules! impl_payment_store {
                         .fetch_optional(&mut *tx)
                         .await?;
                         let Some(balance) = debited else {
-                            // Dropping the transaction rolls back the key too.
+                            // Rolled back now, not when the connection is next
+                            // used: the key and the row locks go at once.
+                            tx.rollback().await?;
                             return Ok(InsertOutcome::InsufficientFunds);
                         };
                         Self::insert_payment_row(&mut tx, p).await?;
@@ -499,6 +501,7 @@ macro_rules! impl_payment_store {
                         .fetch_optional(&mut *tx)
                         .await?;
                     if free.is_none() {
+                        tx.rollback().await?;
                         return Ok(TransitionOutcome::NotPending);
                     }
                 }
@@ -526,10 +529,14 @@ macro_rules! impl_payment_store {
                     update = update.bind(user_id);
                 }
                 let changed = update.execute(&mut *tx).await?;
+                // Early answers roll back at once (a dropped transaction would
+                // keep its row locks until its connection is next used).
                 if changed.rows_affected() == 0 {
+                    tx.rollback().await?;
                     return Ok(TransitionOutcome::NotPending);
                 }
                 if !Self::apply_balances(&mut tx, &t.moves).await? {
+                    tx.rollback().await?;
                     return Ok(TransitionOutcome::InsufficientFunds);
                 }
                 for m in &t.moves {
