@@ -165,6 +165,11 @@ impl Amount {
         Ok(amount)
     }
 
+    /// The same sum the other way: a pay's amount as a charge's.
+    pub fn negated(self) -> Self {
+        Self(Money::from_cents(-self.0.cents()))
+    }
+
     pub fn money(self) -> Money {
         self.0
     }

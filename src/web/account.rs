@@ -94,6 +94,8 @@ struct AccountPage {
     contacts: Vec<Contact>,
     form: FormState,
     contact_form: FormState,
+    pay_form: FormState,
+    payments: Vec<super::payments::PaymentRow>,
     apps: Vec<AuthorizedApp>,
     tokens: Vec<TokenRow>,
 }
@@ -145,6 +147,9 @@ pub async fn show(state: web::Data<AppState>, session: Session) -> Result<HttpRe
             ("phone", user.phone.as_deref().unwrap_or("")),
         ])
     });
+    let pay_form = forms::take(&session, super::payments::PAY_FORM)
+        .unwrap_or_else(|| FormState::with_values(&[("kind", "pay"), ("audience", "private")]));
+    let payments = super::payments::recent(store, &user).await?;
     let template = AccountPage {
         csrf_token: session::csrf_token(&session)?,
         display_name: if display_name.is_empty() {
@@ -158,6 +163,8 @@ pub async fn show(state: web::Data<AppState>, session: Session) -> Result<HttpRe
         contacts,
         form,
         contact_form,
+        pay_form,
+        payments,
         apps,
         tokens,
         username: user.username,

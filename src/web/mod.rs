@@ -7,6 +7,7 @@ pub mod authorize;
 pub mod demo;
 pub mod developer;
 pub mod forms;
+pub mod payments;
 pub mod session;
 pub mod signin;
 pub mod signup;
@@ -30,6 +31,11 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .route("/account", web::get().to(account::show))
         .route("/account/profile", web::post().to(account::update_profile))
         .route("/account/contact", web::post().to(account::update_contacts))
+        .route("/account/payments", web::post().to(payments::send))
+        .route(
+            "/account/payments/{payment_id}",
+            web::post().to(payments::answer),
+        )
         .route("/account/verification", web::post().to(signup::resend))
         .route(
             "/account/apps/{client_id}/revoke",

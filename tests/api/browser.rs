@@ -46,6 +46,11 @@ impl Page {
             .unwrap_or_else(|| panic!("no form posting to {action} in {}", self.body));
         form.select(&inputs)
             .filter_map(|i| {
+                // A browser sends only the checked radio buttons and boxes.
+                let kind = i.value().attr("type").unwrap_or("text");
+                if matches!(kind, "radio" | "checkbox") && i.value().attr("checked").is_none() {
+                    return None;
+                }
                 let name = i.value().attr("name")?;
                 Some((
                     name.to_owned(),

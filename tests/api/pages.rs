@@ -31,6 +31,7 @@ on_both_backends!(
     form_bodies_the_pages_cannot_read_get_an_error_page,
     unknown_pages_get_a_not_found_page_and_the_home_page_leads_to_the_account,
     people_change_their_email_and_phone_with_their_password_and_verify_the_new_address,
+    people_pay_request_and_answer_money_on_the_account_page,
 );
 
 /// A password zxcvbn rates safely unguessable.
@@ -123,6 +124,11 @@ async fn submit(browser: &Browser, page: &Page, action: &str, changes: &[(&str, 
     let mut fields: Vec<(String, String)> = form
         .select(&inputs)
         .filter_map(|i| {
+            // A browser sends only the checked radio buttons and boxes.
+            let kind = i.value().attr("type").unwrap_or("text");
+            if matches!(kind, "radio" | "checkbox") && i.value().attr("checked").is_none() {
+                return None;
+            }
             let name = i.value().attr("name")?;
             Some((
                 name.to_owned(),
@@ -858,6 +864,8 @@ async fn forms_without_a_csrf_token_or_from_another_origin_are_refused(backend: 
         "/verify".to_owned(),
         "/account/profile".to_owned(),
         "/account/contact".to_owned(),
+        "/account/payments".to_owned(),
+        "/account/payments/x".to_owned(),
         "/account/verification".to_owned(),
         format!("/account/apps/{}/revoke", f.client_id),
         "/account/tokens/x/revoke".to_owned(),
@@ -1188,4 +1196,129 @@ async fn people_change_their_email_and_phone_with_their_password_and_verify_the_
         crate::fixtures::balance_cents(store, &f.user_id).await,
         2800
     );
+}
+
+async fn people_pay_request_and_answer_money_on_the_account_page(backend: Backend) {
+    let Some((app, _sink)) = spawn(backend).await else {
+        return;
+    };
+    let store = app.store.as_ref();
+    let f = fixture(&app).await;
+    let other = fixture(&app).await;
+    let balance = |id: String| async move { crate::fixtures::balance_cents(store, &id).await };
+    let browser = signed_in(&app, &f).await;
+    let send = |to: String, amount: &'static str, note: &'static str, kind: &'static str| {
+        let browser = &browser;
+        async move {
+            let page = browser.get("/account").await;
+            let answer = submit(
+                browser,
+                &page,
+                "/account/payments",
+                &[
+                    ("to", &to),
+                    ("amount", amount),
+                    ("note", note),
+                    ("kind", kind),
+                ],
+            )
+            .await;
+            assert_eq!(answer.status, 303);
+            browser.get("/account").await
+        }
+    };
+
+    // Refused: each message by its field, nothing written.
+    for (to, amount, note, message) in [
+        (
+            "nobody-like-this".to_owned(),
+            "5",
+            "x",
+            "No one has that username",
+        ),
+        (other.username.clone(), "abc", "x", "decimal number"),
+        (other.username.clone(), "0.001", "x", "2 decimal places"),
+        (
+            other.username.clone(),
+            "100",
+            "x",
+            "Your balance does not cover",
+        ),
+        (other.username.clone(), "5", " ", "Note must not be empty"),
+        (f.username.clone(), "5", "x", "You cannot pay yourself"),
+    ] {
+        let page = send(to.clone(), amount, note, "pay").await;
+        assert!(
+            page.text().contains(message),
+            "{to} {amount}: {}",
+            page.text()
+        );
+    }
+    assert_eq!(balance(f.user_id.clone()).await, 2500);
+    crate::fixtures::audit_ok(store).await;
+
+    // A pay to a username (with or without @) settles like any other.
+    let page = send(format!("@{}", other.username), "5", "lunch", "pay").await;
+    assert!(page.text().contains("Your payment is on its way."));
+    assert!(page
+        .text()
+        .contains(&format!("You paid @{}", other.username)));
+    for _ in 0..50 {
+        if balance(other.user_id.clone()).await == 3000 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(balance(other.user_id.clone()).await, 3000);
+    // The API shows it made on the web.
+    let token = crate::fixtures::token(store, &f.user_id, "access_profile").await;
+    let listed = app.get("/payments", &token).await;
+    assert_eq!(listed.ok()[0]["medium"], "web");
+    assert_eq!(listed.ok()[0]["note"], "lunch");
+
+    // A request by e-mail, which the other person pays from their own page.
+    let page = send(
+        format!("{}@example.com", other.username),
+        "3",
+        "tickets",
+        "request",
+    )
+    .await;
+    assert!(page.text().contains("Your request is sent."));
+    let payer = signed_in(&app, &other).await;
+    let page = payer.get("/account").await;
+    assert!(page
+        .text()
+        .contains(&format!("@{} requests money from you", f.username)));
+    let answer = submit(
+        &payer,
+        &page,
+        "/account/payments/",
+        &[("action", "approve")],
+    )
+    .await;
+    assert_eq!(answer.status, 303);
+    assert!(payer
+        .get("/account")
+        .await
+        .text()
+        .contains("The request is paid."));
+    assert_eq!(balance(f.user_id.clone()).await, 2300);
+    assert_eq!(balance(other.user_id.clone()).await, 2700);
+
+    // A request its sender cancels.
+    send(other.username.clone(), "1", "oops", "request").await;
+    let page = browser.get("/account").await;
+    let answer = submit(
+        &browser,
+        &page,
+        "/account/payments/",
+        &[("action", "cancel")],
+    )
+    .await;
+    assert_eq!(answer.status, 303);
+    assert!(browser.get("/account").await.text().contains("Cancelled."));
+    let listed = app.get("/payments?status=cancelled", &token).await;
+    assert_eq!(listed.ok().as_array().unwrap().len(), 1);
+    crate::fixtures::audit_ok(store).await;
 }
