@@ -506,21 +506,8 @@ async fn an_expiry_decided_before_a_claim_does_not_overtake_it(backend: Backend)
         .unwrap();
     assert_eq!(claimed, 1);
     let expiry = tally::store::Transition {
-        payment_id: made.payment.id.clone(),
-        status: "expired",
-        at: now_micros(),
-        movement_id: tally::domain::new_id(),
-        entry_kind: "refund",
-        moves: vec![tally::store::Move {
-            from: tally::store::accounts::HELD.to_owned(),
-            to: ann.id.clone(),
-            cents: 400,
-        }],
-        refund: None,
-        balance_of: None,
-        skip_locked: true,
         unclaimed_only: true,
-        only_if_active: None,
+        ..release_held(&made.payment.id, "expired", "refund", &ann.id)
     };
     let outcome = store.apply_transition(&expiry).await.unwrap();
     assert!(
@@ -567,21 +554,8 @@ async fn a_settlement_decided_before_a_suspension_does_not_credit_the_account(ba
         .await
         .unwrap();
     let settle = tally::store::Transition {
-        payment_id: made.payment.id.clone(),
-        status: "settled",
-        at: now_micros(),
-        movement_id: tally::domain::new_id(),
-        entry_kind: "settle",
-        moves: vec![tally::store::Move {
-            from: tally::store::accounts::HELD.to_owned(),
-            to: bob.id.clone(),
-            cents: 400,
-        }],
-        refund: None,
-        balance_of: None,
-        skip_locked: true,
-        unclaimed_only: false,
         only_if_active: Some(bob.id.clone()),
+        ..release_held(&made.payment.id, "settled", "settle", &bob.id)
     };
     let outcome = store.apply_transition(&settle).await.unwrap();
     assert!(
@@ -612,6 +586,33 @@ async fn pay_four(
     ledger::payments::create(store, actor, request, None, now_micros())
         .await
         .unwrap()
+}
+
+/// A worker's transition that moves a held 4.00 to `to`, decided earlier than
+/// it is applied (the races these tests stage).
+fn release_held(
+    payment_id: &str,
+    status: &'static str,
+    entry_kind: &'static str,
+    to: &str,
+) -> tally::store::Transition {
+    tally::store::Transition {
+        payment_id: payment_id.to_owned(),
+        status,
+        at: now_micros(),
+        movement_id: tally::domain::new_id(),
+        entry_kind,
+        moves: vec![tally::store::Move {
+            from: tally::store::accounts::HELD.to_owned(),
+            to: to.to_owned(),
+            cents: 400,
+        }],
+        refund: None,
+        balance_of: None,
+        skip_locked: true,
+        unclaimed_only: false,
+        only_if_active: None,
+    }
 }
 
 /// One round of the settlement and expiry workers, settling at once.
