@@ -7,6 +7,7 @@ mod ids;
 mod payment;
 mod redirect_url;
 mod scope;
+mod text;
 mod time;
 mod username;
 
@@ -16,6 +17,7 @@ pub use ids::new_id;
 pub use payment::{Audience, AudienceError, Medium, Note, NoteError, PaymentAction, PaymentStatus};
 pub use redirect_url::{RedirectUrl, RedirectUrlError};
 pub use scope::{Scope, ScopeError, ScopeSet};
+pub use text::{has_forbidden_control, Lines};
 pub use time::{
     format_datetime, format_datetime_exact, now_micros, parse_datetime, DatetimeError, Timestamp,
 };
