@@ -81,10 +81,10 @@ pub async fn show(
     Ok(render::ok(UserView::from(&user)))
 }
 
-/// Escapes `LIKE` wildcards so a query matches literally.
-fn like_pattern(text: &str) -> String {
+/// Escapes `LIKE` wildcards so a lower-case needle matches literally.
+fn like_pattern(needle: &str) -> String {
     let mut pattern = String::from("%");
-    for c in text.to_lowercase().chars() {
+    for c in needle.chars() {
         if matches!(c, '%' | '_' | '\\') {
             pattern.push('\\');
         }
@@ -109,10 +109,12 @@ pub async fn search(
     }
     let limit = query::limit(&params)?;
     let offset = query::offset(&params)?;
+    let needle = text.to_lowercase();
     let mut users = state
         .store
         .search_users(&UserSearch {
-            pattern: like_pattern(text),
+            pattern: like_pattern(&needle),
+            needle,
             email: Email::parse(text).ok().map(|e| e.as_str().to_owned()),
             phone: Phone::parse(text).ok().map(|p| p.as_str().to_owned()),
             limit: limit + 1,

@@ -6,7 +6,7 @@
 //! actor, with its refund; …).
 
 use crate::domain::Money;
-use crate::store::{accounts, AuditPayment, PaymentEntrySum, Store, StoreError};
+use crate::store::{accounts, AuditChunk, AuditPayment, Store, StoreError};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 
@@ -53,9 +53,26 @@ pub enum Discrepancy {
     EntriesWithoutPayment { payment: String },
 }
 
-#[tracing::instrument(skip_all)]
+/// Payments the audit reads at a time: its memory is bounded by this, not by the
+/// size of the ledger.
+pub const PAYMENTS_PER_CHUNK: i64 = 10_000;
+
 pub async fn run(store: &dyn Store) -> Result<AuditReport, StoreError> {
-    let snapshot = store.audit_snapshot().await?;
+    run_in_chunks(store, PAYMENTS_PER_CHUNK).await
+}
+
+/// `run`, reading `payments_per_chunk` payments at a time.
+#[tracing::instrument(skip_all)]
+pub async fn run_in_chunks(
+    store: &dyn Store,
+    payments_per_chunk: i64,
+) -> Result<AuditReport, StoreError> {
+    let mut payment_discrepancies = Vec::new();
+    let snapshot = store
+        .audit_snapshot(payments_per_chunk, &mut |chunk| {
+            reconcile_payments(chunk, &mut payment_discrepancies)
+        })
+        .await?;
     let mut ledger: HashMap<String, i64> = snapshot
         .ledger_sums
         .into_iter()
@@ -106,10 +123,13 @@ pub async fn run(store: &dyn Store) -> Result<AuditReport, StoreError> {
         });
     }
 
-    reconcile_payments(
-        &snapshot.payments,
-        snapshot.payment_entries,
-        &mut discrepancies,
+    discrepancies.append(&mut payment_discrepancies);
+    let mut orphans = snapshot.entries_without_payment;
+    orphans.sort();
+    discrepancies.extend(
+        orphans
+            .into_iter()
+            .map(|payment| Discrepancy::EntriesWithoutPayment { payment }),
     );
 
     Ok(AuditReport {
@@ -150,13 +170,14 @@ fn expected_flows(p: &AuditPayment) -> BTreeMap<String, i64> {
     flows
 }
 
-fn reconcile_payments(
-    payments: &[AuditPayment],
-    entries: Vec<PaymentEntrySum>,
-    discrepancies: &mut Vec<Discrepancy>,
-) {
+/// Checks one chunk of payments against their entries.
+fn reconcile_payments(chunk: AuditChunk, discrepancies: &mut Vec<Discrepancy>) {
+    let AuditChunk {
+        payments,
+        payment_entries,
+    } = chunk;
     let mut actual: HashMap<String, BTreeMap<String, i64>> = HashMap::new();
-    for entry in entries {
+    for entry in payment_entries {
         if entry.total_cents != 0 {
             actual
                 .entry(entry.payment_id)
@@ -172,7 +193,7 @@ fn reconcile_payments(
             .map(|(account, cents)| (account.clone(), Money::from_cents(*cents)))
             .collect()
     };
-    for payment in payments {
+    for payment in &payments {
         let expected = expected_flows(payment);
         let ledger = actual.remove(&payment.id).unwrap_or_default();
         if expected != ledger {
@@ -204,10 +225,5 @@ fn reconcile_payments(
                 problem,
             });
         }
-    }
-    let mut orphans: Vec<String> = actual.into_keys().collect();
-    orphans.sort();
-    for payment in orphans {
-        discrepancies.push(Discrepancy::EntriesWithoutPayment { payment });
     }
 }

@@ -81,8 +81,15 @@ pub trait Store: OAuthStore + PaymentStore + PagesStore + Send + Sync + 'static 
     /// ledger entries in one transaction. Returns the new balance in cents.
     async fn deposit(&self, movement: &Movement) -> Result<i64, StoreError>;
 
-    /// A consistent snapshot of balances and ledger sums for the audit.
-    async fn audit_snapshot(&self) -> Result<AuditSnapshot, StoreError>;
+    /// A consistent snapshot for the audit: the account-level figures, and every
+    /// payment with its ledger entries handed to `each` up to `chunk` payments at
+    /// a time in id order, all read in one transaction so the ledger is never
+    /// held in memory at once.
+    async fn audit_snapshot(
+        &self,
+        chunk: i64,
+        each: &mut (dyn FnMut(AuditChunk) + Send),
+    ) -> Result<AuditSnapshot, StoreError>;
 }
 
 /// Opens the database the URL names, creating an SQLite file if missing.

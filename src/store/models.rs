@@ -115,7 +115,8 @@ pub struct LedgerSum {
     pub total_cents: i64,
 }
 
-/// Everything the audit compares, read in one transaction.
+/// The account-level figures the audit compares, read in the same transaction
+/// as the payment chunks (see `Store::audit_snapshot`).
 #[derive(Debug, Clone)]
 pub struct AuditSnapshot {
     pub balances: Vec<AccountBalance>,
@@ -124,9 +125,15 @@ pub struct AuditSnapshot {
     pub unbalanced_movements: Vec<LedgerSum>,
     /// The sum of the amounts of pending pays, which `@held` must hold.
     pub pending_pay_cents: i64,
-    /// Every payment (not refunds), with its refund's amount and target.
+    /// Payment ids named by ledger entries that no payment has.
+    pub entries_without_payment: Vec<String>,
+}
+
+/// A run of payments (not refunds) in id order, with their refunds' amounts and
+/// targets, and their ledger entries' net sums by account.
+#[derive(Debug, Clone, Default)]
+pub struct AuditChunk {
     pub payments: Vec<AuditPayment>,
-    /// The net ledger entries of each payment, by account.
     pub payment_entries: Vec<PaymentEntrySum>,
 }
 

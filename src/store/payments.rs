@@ -150,7 +150,9 @@ pub struct DuePayment {
 
 #[derive(Debug, Clone)]
 pub struct UserSearch {
-    /// Lower-case `LIKE` pattern (already escaped) for usernames and names.
+    /// The lower-case text usernames and names must contain.
+    pub needle: String,
+    /// `needle` as a `LIKE` pattern (already escaped).
     pub pattern: String,
     pub email: Option<String>,
     pub phone: Option<String>,
@@ -203,6 +205,16 @@ pub trait PaymentStore: Send + Sync {
         limit: i64,
     ) -> Result<Vec<User>, StoreError>;
     async fn count_friends(&self, user_id: &str) -> Result<i64, StoreError>;
+}
+
+/// The first three characters of a search needle, the key of the search index
+/// (`user_search_trigrams`), or `None` when it is shorter.
+pub(crate) fn first_trigram(needle: &str) -> Option<&str> {
+    let end = needle
+        .char_indices()
+        .nth(3)
+        .map_or(needle.len(), |(i, _)| i);
+    (needle.chars().count() >= 3).then(|| &needle[..end])
 }
 
 /// `columns` with each name prefixed by a table alias.
@@ -725,13 +737,42 @@ macro_rules! impl_payment_store {
                 &self,
                 s: &$crate::store::UserSearch,
             ) -> Result<Vec<$crate::store::User>, StoreError> {
+                let columns = $crate::store::sql::USER_COLUMNS;
+                let Some(trigram) = $crate::store::payments::first_trigram(&s.needle) else {
+                    // Shorter than a trigram: no index can narrow it, read every user.
+                    let sql = format!(
+                        "SELECT {columns} FROM users WHERE suspended = FALSE AND ( \
+                           lower(username) LIKE $1 ESCAPE '\\' \
+                           OR lower(first_name || ' ' || last_name) LIKE $1 ESCAPE '\\' \
+                           OR (email = $2 AND email_verified) OR (phone = $3 AND phone_verified)) \
+                         ORDER BY lower(username), id LIMIT $4 OFFSET $5"
+                    );
+                    return Ok(sqlx::query_as::<_, $crate::store::User>(&sql)
+                        .bind(&s.pattern)
+                        .bind(&s.email)
+                        .bind(&s.phone)
+                        .bind(s.limit)
+                        .bind(s.offset)
+                        .fetch_all(self.reader())
+                        .await?);
+                };
+                // Every name that contains the needle contains its first trigram:
+                // walk that trigram's index entries in listing order, keep the
+                // users the full condition matches and stop once `offset + limit`
+                // are found; add the few e-mail and phone matches; page the union.
                 let sql = format!(
-                    "SELECT {} FROM users WHERE suspended = FALSE AND ( \
-                       lower(username) LIKE $1 ESCAPE '\\' \
-                       OR lower(first_name || ' ' || last_name) LIKE $1 ESCAPE '\\' \
-                       OR (email = $2 AND email_verified) OR (phone = $3 AND phone_verified)) \
-                     ORDER BY lower(username), id LIMIT $4 OFFSET $5",
-                    $crate::store::sql::USER_COLUMNS
+                    "SELECT {columns} FROM ( \
+                       SELECT * FROM ( \
+                         SELECT {} FROM user_search_trigrams t JOIN users u ON u.id = t.user_id \
+                         WHERE t.trigram = $6 AND u.suspended = FALSE \
+                           AND (lower(u.username) LIKE $1 ESCAPE '\\' \
+                             OR lower(u.first_name || ' ' || u.last_name) LIKE $1 ESCAPE '\\') \
+                         ORDER BY t.sort_key, t.user_id LIMIT $7) named \
+                       UNION \
+                       SELECT {columns} FROM users WHERE suspended = FALSE \
+                         AND ((email = $2 AND email_verified) OR (phone = $3 AND phone_verified)) \
+                     ) found ORDER BY lower(username), id LIMIT $4 OFFSET $5",
+                    $crate::store::payments::prefixed(columns, "u")
                 );
                 Ok(sqlx::query_as::<_, $crate::store::User>(&sql)
                     .bind(&s.pattern)
@@ -739,6 +780,8 @@ macro_rules! impl_payment_store {
                     .bind(&s.phone)
                     .bind(s.limit)
                     .bind(s.offset)
+                    .bind(trigram)
+                    .bind(s.limit.saturating_add(s.offset))
                     .fetch_all(self.reader())
                     .await?)
             }

@@ -247,7 +247,13 @@ macro_rules! impl_store {
             }
 
             #[tracing::instrument(skip_all)]
-            async fn audit_snapshot(&self) -> Result<AuditSnapshot, StoreError> {
+            async fn audit_snapshot(
+                &self,
+                chunk: i64,
+                each: &mut (dyn FnMut($crate::store::AuditChunk) + Send),
+            ) -> Result<AuditSnapshot, StoreError> {
+                // Every sum is taken in SQL; the covering indexes on ledger_entries
+                // let each be read from an index alone.
                 let mut tx = self.snapshot().await?;
                 let balances = sqlx::query_as::<_, AccountBalance>(
                     "SELECT id AS user_id, username, balance_cents FROM users ORDER BY id",
@@ -272,19 +278,60 @@ macro_rules! impl_store {
                 )
                 .fetch_one(&mut *tx)
                 .await?;
-                let payments = sqlx::query_as::<_, $crate::store::AuditPayment>(
-                    "SELECT p.id, p.action, p.status, p.actor_id, p.target_user_id, \
-                     p.amount_cents, r.amount_cents AS refund_amount_cents, \
-                     r.target_user_id AS refund_target_id \
-                     FROM payments p LEFT JOIN payments r ON r.id = p.refund_payment_id \
-                     WHERE p.kind = 'payment' ORDER BY p.id",
-                )
-                .fetch_all(&mut *tx)
-                .await?;
-                let payment_entries = sqlx::query_as::<_, $crate::store::PaymentEntrySum>(
-                    "SELECT payment_id, account, CAST(SUM(amount_cents) AS BIGINT) AS total_cents \
-                     FROM ledger_entries WHERE payment_id IS NOT NULL \
-                     GROUP BY payment_id, account ORDER BY payment_id, account",
+                // Payments a chunk at a time by id, each with the entries that
+                // name it (found through the same chunk query, so both sides agree
+                // on the chunk whatever the columns' collations).
+                let chunk = chunk.max(1);
+                let mut after: Option<String> = None;
+                loop {
+                    let (bound, limit) = match after {
+                        Some(_) => (" AND p.id > $1", "$2"),
+                        None => ("", "$1"),
+                    };
+                    let payments_sql = format!(
+                        "SELECT p.id, p.action, p.status, p.actor_id, p.target_user_id, \
+                         p.amount_cents, r.amount_cents AS refund_amount_cents, \
+                         r.target_user_id AS refund_target_id \
+                         FROM payments p LEFT JOIN payments r ON r.id = p.refund_payment_id \
+                         WHERE p.kind = 'payment'{bound} ORDER BY p.id LIMIT {limit}"
+                    );
+                    let entries_sql = format!(
+                        "SELECT payment_id, account, \
+                         CAST(SUM(amount_cents) AS BIGINT) AS total_cents \
+                         FROM ledger_entries WHERE payment_id IN ( \
+                           SELECT p.id FROM payments p WHERE p.kind = 'payment'{bound} \
+                           ORDER BY p.id LIMIT {limit}) \
+                         GROUP BY payment_id, account"
+                    );
+                    let mut payments_query =
+                        sqlx::query_as::<_, $crate::store::AuditPayment>(&payments_sql);
+                    let mut entries_query =
+                        sqlx::query_as::<_, $crate::store::PaymentEntrySum>(&entries_sql);
+                    if let Some(after) = &after {
+                        payments_query = payments_query.bind(after);
+                        entries_query = entries_query.bind(after);
+                    }
+                    let payments = payments_query.bind(chunk).fetch_all(&mut *tx).await?;
+                    let payment_entries = entries_query.bind(chunk).fetch_all(&mut *tx).await?;
+                    let last = if payments.len() as i64 == chunk {
+                        payments.last().map(|p| p.id.clone())
+                    } else {
+                        None
+                    };
+                    each($crate::store::AuditChunk {
+                        payments,
+                        payment_entries,
+                    });
+                    match last {
+                        Some(last) => after = Some(last),
+                        None => break,
+                    }
+                }
+                // Entries that name no payment.
+                let entries_without_payment: Vec<String> = sqlx::query_scalar(
+                    "SELECT e.payment_id FROM (SELECT DISTINCT payment_id FROM ledger_entries \
+                     WHERE payment_id IS NOT NULL) e WHERE NOT EXISTS ( \
+                       SELECT 1 FROM payments p WHERE p.id = e.payment_id AND p.kind = 'payment')",
                 )
                 .fetch_all(&mut *tx)
                 .await?;
@@ -294,8 +341,7 @@ macro_rules! impl_store {
                     ledger_sums,
                     unbalanced_movements,
                     pending_pay_cents,
-                    payments,
-                    payment_entries,
+                    entries_without_payment,
                 })
             }
         }

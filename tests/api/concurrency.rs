@@ -123,7 +123,13 @@ async fn run_load(http: &reqwest::Client, origins: Vec<String>, people: Arc<Vec<
 /// Waits (boundedly) until no pay is pending any more.
 async fn until_every_pay_settles(store: &dyn Store) {
     for _ in 0..300 {
-        if store.audit_snapshot().await.unwrap().pending_pay_cents == 0 {
+        if store
+            .audit_snapshot(tally::ledger::audit::PAYMENTS_PER_CHUNK, &mut |_| {})
+            .await
+            .unwrap()
+            .pending_pay_cents
+            == 0
+        {
             return;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;

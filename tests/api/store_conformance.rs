@@ -18,6 +18,7 @@ on_both_backends!(
     the_audit_finds_a_balance_changed_behind_the_ledgers_back,
     the_audit_finds_held_money_that_no_pending_pay_explains,
     the_audit_finds_a_settlement_credited_to_the_wrong_account,
+    the_audit_reads_payments_in_chunks_and_misses_nothing_at_their_edges,
     an_expiry_decided_before_a_claim_does_not_overtake_it,
     a_settlement_decided_before_a_suspension_does_not_credit_the_account,
 );
@@ -571,6 +572,102 @@ async fn a_settlement_decided_before_a_suspension_does_not_credit_the_account(ba
 }
 
 /// A pay (or charge) of 4.00 from `actor`, made through the ledger.
+async fn the_audit_reads_payments_in_chunks_and_misses_nothing_at_their_edges(backend: Backend) {
+    let Some((db, store)) = store_for(backend).await else {
+        return;
+    };
+    let mut ann = new_user("ann", None, None);
+    ann.verified = true;
+    let ann = store.insert_user(&ann).await.unwrap();
+    let bob = store
+        .insert_user(&new_user("bob", None, None))
+        .await
+        .unwrap();
+    ledger::deposit(store.as_ref(), &ann.id, Amount::parse("100").unwrap())
+        .await
+        .unwrap();
+    let mut ids = Vec::new();
+    for _ in 0..5 {
+        let made = pay_four(
+            store.as_ref(),
+            &ann,
+            ledger::payments::TargetAddress::UserId(bob.id.clone()),
+        )
+        .await;
+        ids.push(made.payment.id);
+    }
+    run_workers_once(store.as_ref()).await;
+    ids.sort();
+    let whole = ledger::audit::run(store.as_ref()).await.unwrap();
+    assert!(whole.ok, "{:?}", whole.discrepancies);
+    for chunk in [1, 2, 3, 5] {
+        let report = ledger::audit::run_in_chunks(store.as_ref(), chunk)
+            .await
+            .unwrap();
+        assert!(report.ok, "chunk {chunk}: {:?}", report.discrepancies);
+        assert_eq!(report.accounts, 2);
+        assert_eq!(report.total_balance, whole.total_balance);
+    }
+    // Entries naming no payment, netting to nothing, before the first payment
+    // id, between two, and after the last; and one payment of the middle
+    // chunk that moved less than it says.
+    let orphans = [
+        "0".to_owned(),
+        format!("{}0", ids[1]),
+        format!("{}0", ids[3]),
+        "~".to_owned(),
+    ];
+    for (i, orphan) in orphans.iter().enumerate() {
+        tamper(
+            &db,
+            &format!(
+                "INSERT INTO ledger_entries (movement_id, kind, account, amount_cents, \
+                 payment_id, created_at) VALUES ('m{i}', 'settle', '{0}', 5, '{orphan}', 1), \
+                 ('m{i}', 'settle', '{0}', -5, '{orphan}', 1)",
+                bob.id
+            ),
+        )
+        .await;
+    }
+    tamper(
+        &db,
+        &format!(
+            "UPDATE payments SET amount_cents = 300 WHERE id = '{}'",
+            ids[2]
+        ),
+    )
+    .await;
+    let whole = ledger::audit::run(store.as_ref()).await.unwrap();
+    let mut expected_orphans = orphans.to_vec();
+    expected_orphans.sort();
+    use ledger::audit::Discrepancy;
+    let found_orphans: Vec<&String> = whole
+        .discrepancies
+        .iter()
+        .filter_map(|d| match d {
+            Discrepancy::EntriesWithoutPayment { payment } => Some(payment),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        found_orphans,
+        expected_orphans.iter().collect::<Vec<_>>(),
+        "{:?}",
+        whole.discrepancies
+    );
+    assert!(matches!(
+        &whole.discrepancies[..],
+        [Discrepancy::PaymentMismatch { payment, .. }, ..] if *payment == ids[2]
+    ));
+    assert_eq!(whole.discrepancies.len(), 1 + orphans.len());
+    for chunk in [1, 2, 3, 5] {
+        let report = ledger::audit::run_in_chunks(store.as_ref(), chunk)
+            .await
+            .unwrap();
+        assert_eq!(report.discrepancies, whole.discrepancies, "chunk {chunk}");
+    }
+}
+
 async fn pay_four(
     store: &dyn Store,
     actor: &tally::store::User,

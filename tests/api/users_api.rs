@@ -7,6 +7,7 @@ use serde_json::{json, Value};
 on_both_backends!(
     me_shows_the_profile_with_what_the_scopes_allow,
     users_are_shown_searched_and_their_friends_paged,
+    search_through_its_index_answers_as_reading_every_user_would,
     each_endpoint_refuses_a_token_without_its_scope,
     the_token_may_come_as_header_query_or_form_but_not_two_different_ones,
     unknown_paths_and_wrong_methods_answer_json_errors,
@@ -212,6 +213,188 @@ async fn users_are_shown_searched_and_their_friends_paged(backend: Backend) {
         .get(&format!("/users/{}/friends?limit=500", ann.id), &ann.token)
         .await;
     assert_eq!(answer.ok().as_array().unwrap().len(), 5);
+}
+
+/// The search as it was before it had an index: every user read, the same
+/// condition, order and paging. Returns ids.
+async fn search_by_reading_every_user(
+    db: &crate::helpers::TestDb,
+    query: &str,
+    limit: i64,
+    offset: i64,
+) -> Vec<String> {
+    use sqlx::Connection;
+    let needle = query.trim().to_lowercase();
+    let mut pattern = String::from("%");
+    for c in needle.chars() {
+        if matches!(c, '%' | '_' | '\\') {
+            pattern.push('\\');
+        }
+        pattern.push(c);
+    }
+    pattern.push('%');
+    let email = tally::domain::Email::parse(query.trim())
+        .ok()
+        .map(|e| e.as_str().to_owned());
+    let phone = tally::domain::Phone::parse(query.trim())
+        .ok()
+        .map(|p| p.as_str().to_owned());
+    let sql = "SELECT id FROM users WHERE suspended = FALSE AND ( \
+               lower(username) LIKE $1 ESCAPE '\\' \
+               OR lower(first_name || ' ' || last_name) LIKE $1 ESCAPE '\\' \
+               OR (email = $2 AND email_verified) OR (phone = $3 AND phone_verified)) \
+               ORDER BY lower(username), id LIMIT $4 OFFSET $5";
+    macro_rules! run {
+        ($conn:expr) => {
+            sqlx::query_scalar::<_, String>(sql)
+                .bind(&pattern)
+                .bind(&email)
+                .bind(&phone)
+                .bind(limit)
+                .bind(offset)
+                .fetch_all(&mut $conn)
+                .await
+                .unwrap()
+        };
+    }
+    match &db.url {
+        tally::config::DatabaseUrl::Sqlite(url) => {
+            let mut conn = sqlx::SqliteConnection::connect(url).await.unwrap();
+            run!(conn)
+        }
+        tally::config::DatabaseUrl::Postgres(url) => {
+            let mut conn = sqlx::PgConnection::connect(url).await.unwrap();
+            run!(conn)
+        }
+    }
+}
+
+async fn search_through_its_index_answers_as_reading_every_user_would(backend: Backend) {
+    let Some(app) = TestApp::spawn(backend).await else {
+        return;
+    };
+    let store = app.store.as_ref();
+    let ann = person_with(
+        store,
+        "Ann_Smith1",
+        PersonSpec {
+            first_name: Some("Ann"),
+            verified: true,
+            ..Default::default()
+        },
+    )
+    .await;
+    for username in ["bob_smith2", "smithy", "carol", "zed"] {
+        person(store, username, "0").await;
+    }
+    // Rows written by plain SQL (as a bulk load would) are indexed by the
+    // database itself; renames move them.
+    let users = [
+        ("u-bob", "bob_smith2x", "Bob", "SMITH", false, None),
+        ("u-smithy", "smithy_z", "Zoë", "Brown", false, None),
+        ("u-carol", "carol_g", "Carol", "Goldsmith", false, None),
+        ("u-pct", "pct_100", "100%", "Sure", false, None),
+        ("u-under", "under_score", "A_b", "C\\d", false, None),
+        ("u-eclair", "eclair", "Jean", "ÉCLAIR", false, None),
+        ("u-dave", "dave_smith", "Dave", "Smith", true, None),
+        ("u-erin", "erin_smith3", "Erin", "Smyth", false, None),
+        (
+            "u-frank",
+            "frank",
+            "Frank",
+            "Jones",
+            false,
+            Some("smith@example.com"),
+        ),
+    ];
+    for (id, username, first, last, suspended, email) in users {
+        crate::store_conformance::tamper(
+            &app.db,
+            &format!(
+                "INSERT INTO users (id, username, first_name, last_name, email, email_verified, \
+                 password_hash, verified, suspended, date_joined) VALUES ('{id}', '{username}', \
+                 '{first}', '{last}', {}, {}, 'x', TRUE, {suspended}, 1)",
+                email.map_or("NULL".to_owned(), |e| format!("'{e}'")),
+                email.is_some(),
+            ),
+        )
+        .await;
+    }
+    crate::store_conformance::tamper(
+        &app.db,
+        "UPDATE users SET username = 'grace_smith5', last_name = 'Hopper' WHERE id = 'u-carol'",
+    )
+    .await;
+
+    let mut checked = 0;
+    for query in [
+        "smith",
+        "SMITH",
+        " Smi ",
+        "mit",
+        "ith",
+        "h1",
+        "s",
+        "sm",
+        "_",
+        "%",
+        "0%",
+        "100%",
+        "n_s",
+        "_sm",
+        "a_b",
+        "c\\d",
+        "\\",
+        "ë b",
+        "zoë",
+        "ZOË",
+        "éclair",
+        "ÉCLAIR",
+        "goldsmith",
+        "grace",
+        "carol",
+        "smyth",
+        "erin_s",
+        "frank",
+        "smith@example.com",
+        "ann_smith1",
+        "nobody-like-this",
+    ] {
+        for (limit, offset) in [(100, 0), (2, 0), (2, 1), (1, 3)] {
+            let expected = search_by_reading_every_user(&app.db, query, limit, offset).await;
+            let answer = app
+                .get(
+                    &format!(
+                        "/users?query={}&limit={limit}&offset={offset}",
+                        urlencode(query)
+                    ),
+                    &ann.token,
+                )
+                .await;
+            let found: Vec<&str> = answer
+                .ok()
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|u| u["id"].as_str().unwrap())
+                .collect();
+            assert_eq!(
+                found, expected,
+                "query {query:?} limit {limit} offset {offset}"
+            );
+            checked += found.len();
+        }
+    }
+    assert!(checked > 50, "{checked}");
+    // The cases the index must not lose.
+    let ids = |query: &'static str| search_by_reading_every_user(&app.db, query, 100, 0);
+    assert!(ids("erin_s").await.contains(&"u-erin".to_owned()));
+    assert!(ids("grace_smith").await.contains(&"u-carol".to_owned()));
+    assert!(ids("carol_g").await.is_empty());
+    assert!(!ids("smith").await.contains(&"u-dave".to_owned()));
+    assert!(ids("smith@example.com")
+        .await
+        .contains(&"u-frank".to_owned()));
 }
 
 pub fn urlencode(text: &str) -> String {
