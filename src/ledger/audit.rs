@@ -176,16 +176,17 @@ fn reconcile_payments(chunk: AuditChunk, discrepancies: &mut Vec<Discrepancy>) {
         payments,
         payment_entries,
     } = chunk;
+    // Net by account (zeros left out), as `expected_flows` states it.
     let mut actual: HashMap<String, BTreeMap<String, i64>> = HashMap::new();
     for entry in payment_entries {
-        if entry.total_cents != 0 {
-            actual
-                .entry(entry.payment_id)
-                .or_default()
-                .insert(entry.account, entry.total_cents);
-        } else {
-            actual.entry(entry.payment_id).or_default();
-        }
+        *actual
+            .entry(entry.payment_id)
+            .or_default()
+            .entry(entry.account)
+            .or_insert(0) += entry.total_cents;
+    }
+    for flows in actual.values_mut() {
+        flows.retain(|_, cents| *cents != 0);
     }
     let money = |flows: &BTreeMap<String, i64>| {
         flows

@@ -130,7 +130,7 @@ pub struct AuditSnapshot {
 }
 
 /// A run of payments (not refunds) in id order, with their refunds' amounts and
-/// targets, and their ledger entries' net sums by account.
+/// targets, and their ledger entries (summed by account or not).
 #[derive(Debug, Clone, Default)]
 pub struct AuditChunk {
     pub payments: Vec<AuditPayment>,
