@@ -544,6 +544,7 @@ async fn arbitrary_text_in_every_parameter_of_every_endpoint_is_never_a_5xx(back
     let payment_id = paid.ok()["payment"]["id"].as_str().unwrap().to_owned();
     let parameters = parameters(&bob, &payment_id);
     let count = parameters.len();
+    let doc: Value = serde_json::from_str(tally::api::OPENAPI).unwrap();
     let runtime = tokio::runtime::Handle::current();
     let app = std::sync::Arc::new(app);
     let result = tokio::task::spawn_blocking(move || {
@@ -567,6 +568,20 @@ async fn arbitrary_text_in_every_parameter_of_every_endpoint_is_never_a_5xx(back
                 value,
                 status,
                 body
+            );
+            // Whatever it is, the document lists it for the operation.
+            let documented = if parameter.path.starts_with("/users") {
+                parameter.path.replace("{}", "{user_id}")
+            } else {
+                parameter.path.replace("{}", "{payment_id}")
+            };
+            let method = parameter.method.as_str().to_ascii_lowercase();
+            prop_assert!(
+                doc["paths"][&documented][&method]["responses"][status.to_string()].is_object(),
+                "{} {} answered {}, which openapi.json does not list",
+                method,
+                documented,
+                status
             );
             let lines = if parameter.name == "note" {
                 Lines::Multi
