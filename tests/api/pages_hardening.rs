@@ -161,6 +161,42 @@ async fn verification_links_are_sent_once_a_minute_per_address_whoever_asks(back
     assert_eq!(mails_to(&sink, &address), 1);
     let text = other.get("/account").await.text();
     assert!(text.contains("you can ask for another at"), "{text}");
+
+    // Ten a day: the store's count, with time moved on a minute at a time.
+    let limits = tally::store::SendLimits {
+        min_gap: tally::verification::SEND_GAP.as_micros() as i64,
+        window: tally::verification::SEND_WINDOW.as_micros() as i64,
+        per_window: tally::verification::SENDS_PER_DAY,
+    };
+    let start = now_micros();
+    let minute = 61_000_000;
+    for n in 0..10 {
+        let at = start + n * minute;
+        let sent = app
+            .store
+            .reserve_verification_send("email:x@example.com", at, limits);
+        assert_eq!(sent.await.unwrap(), Ok(()), "send {n}");
+        let again = app
+            .store
+            .reserve_verification_send("email:x@example.com", at + 1, limits);
+        assert_eq!(again.await.unwrap(), Err(at + limits.min_gap));
+    }
+    let eleventh = app
+        .store
+        .reserve_verification_send("email:x@example.com", start + 10 * minute, limits)
+        .await
+        .unwrap();
+    assert_eq!(
+        eleventh,
+        Err(start + DAY_MICROS),
+        "the eleventh waits a day"
+    );
+    let next_day = app
+        .store
+        .reserve_verification_send("email:x@example.com", start + DAY_MICROS + 1, limits)
+        .await
+        .unwrap();
+    assert_eq!(next_day, Ok(()));
 }
 
 async fn the_site_url_is_an_http_url_and_a_bare_host_reads_as_https(backend: Backend) {
@@ -330,6 +366,43 @@ async fn every_form_field_over_the_byte_limit_is_a_form_error(backend: Backend) 
     // 520 characters, but 2,080 bytes: the limit counts bytes.
     let long = "😀".repeat(520);
     each_field_refuses(&app, &[&long], "at most 2048 bytes").await;
+    // Every field too long at once still fits the session cookie.
+    let anonymous = Browser::new(&app.origin);
+    let page = anonymous.get("/signup").await;
+    let all: Vec<(&str, &str)> = [
+        "username",
+        "first_name",
+        "last_name",
+        "email",
+        "phone",
+        "password",
+        "password_confirm",
+    ]
+    .iter()
+    .map(|field| (*field, long.as_str()))
+    .collect();
+    let answer = submit(&anonymous, &page, "/signup", &all).await;
+    assert_eq!(
+        answer.location().as_deref(),
+        Some("/signup"),
+        "{}",
+        answer.body
+    );
+    let page = anonymous.get("/signup").await;
+    assert_eq!(page.status, 200);
+    assert_eq!(page.text().matches("at most 2048 bytes").count(), 7);
+    // The verification form's token: the link simply does not work.
+    for token in [long.as_str(), "tly_verify_\0"] {
+        let page = anonymous.get("/verify").await;
+        let answer = submit(&anonymous, &page, "/verify", &[("token", token)]).await;
+        assert_eq!(answer.status, 303, "{}", answer.body);
+        let shown = anonymous.get(&answer.location().unwrap()).await;
+        assert!(
+            shown.text().contains("This link does not work"),
+            "{}",
+            shown.text()
+        );
+    }
     // One byte under the limit is not refused for its size.
     let f = fixture(&app).await;
     let browser = signed_in(&app, &f).await;
