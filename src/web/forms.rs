@@ -292,18 +292,25 @@ impl<T: DeserializeOwned + 'static> FromRequest for PageQuery<T> {
 impl<T: DeserializeOwned> PageQuery<T> {
     fn parse(query: &str) -> Result<Self, PageError> {
         let mut fields = serde_json::Map::new();
-        for (name, value) in url::form_urlencoded::parse(query.as_bytes()) {
-            if let Some(message) = refusal(&name, &value) {
-                return Err(PageError::BadRequest(message));
-            }
+        for (name, value) in query_pairs(query)? {
             fields
-                .entry(name.into_owned())
-                .or_insert(serde_json::Value::String(value.into_owned()));
+                .entry(name)
+                .or_insert(serde_json::Value::String(value));
         }
         serde_json::from_value(serde_json::Value::Object(fields))
             .map(Self)
             .map_err(|e| PageError::BadRequest(format!("the address cannot be read: {e}")))
     }
+}
+
+/// A query string's parameters as pairs, each checked like a form field.
+pub fn query_pairs(query: &str) -> Result<Vec<(String, String)>, PageError> {
+    url::form_urlencoded::parse(query.as_bytes())
+        .map(|(name, value)| match refusal(&name, &value) {
+            Some(message) => Err(PageError::BadRequest(message)),
+            None => Ok((name.into_owned(), value.into_owned())),
+        })
+        .collect()
 }
 
 /// An id from a page's path, checked like a form field; an error page if bad.

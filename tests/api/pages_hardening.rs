@@ -490,6 +490,7 @@ async fn control_characters_in_any_form_field_or_query_are_refused_never_a_500(b
         "/signin?return_to=%C2%85",
         "/verify?token=tly_verify_%01",
         "/verify?token=%7F",
+        "/demo/callback?code=tly_code_1&state=%00",
     ] {
         let page = anonymous.get(path).await;
         assert_eq!(page.status, 400, "{path}: {}", page.body);
