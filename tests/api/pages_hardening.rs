@@ -22,6 +22,7 @@ on_both_backends!(
     control_characters_in_any_form_field_or_query_are_refused_never_a_500,
     sign_in_by_email_or_phone_needs_a_verified_address,
     retention_purges_what_is_no_longer_needed,
+    a_reveal_is_taken_once_by_racing_showings_and_only_by_its_user,
 );
 
 const DAY_MICROS: i64 = 86_400_000_000;
@@ -698,4 +699,55 @@ async fn retention_purges_what_is_no_longer_needed(backend: Backend) {
     }
     // The ledger is untouched.
     crate::fixtures::audit_ok(store).await;
+}
+
+async fn a_reveal_is_taken_once_by_racing_showings_and_only_by_its_user(backend: Backend) {
+    let Some(db) = crate::helpers::TestDb::new(backend).await else {
+        return;
+    };
+    let store = db.store().await;
+    let user = tally::admin::user_add(
+        store.as_ref(),
+        &tally::auth::password::PasswordHasher::new(1),
+        tally::admin::UserAdd {
+            username: "ann".to_owned(),
+            password: PASSWORD.to_owned(),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let now = now_micros();
+    store
+        .insert_reveal("r1", &user.id, "sealed", now)
+        .await
+        .unwrap();
+    assert_eq!(
+        store.take_reveal("r1", "someone-else", 0).await.unwrap(),
+        None
+    );
+    let mut takers = tokio::task::JoinSet::new();
+    for _ in 0..20 {
+        let store = store.clone();
+        let user_id = user.id.clone();
+        takers.spawn(async move { store.take_reveal("r1", &user_id, 0).await.unwrap() });
+    }
+    let mut shown = 0;
+    while let Some(taken) = takers.join_next().await {
+        if let Some(sealed) = taken.unwrap() {
+            assert_eq!(sealed, "sealed");
+            shown += 1;
+        }
+    }
+    assert_eq!(shown, 1, "one showing");
+    // Kept too long, it is not shown (and is gone).
+    store
+        .insert_reveal("r2", &user.id, "old", now)
+        .await
+        .unwrap();
+    assert_eq!(
+        store.take_reveal("r2", &user.id, now + 1).await.unwrap(),
+        None
+    );
+    assert_eq!(store.take_reveal("r2", &user.id, 0).await.unwrap(), None);
 }
