@@ -246,6 +246,13 @@ pub enum Update {
 }
 
 impl Update {
+    /// What makes two updates "the same" for an Idempotency-Key (never the same
+    /// as any new payment's).
+    fn fingerprint(self, payment_id: &str) -> String {
+        let text = format!("update\0{payment_id}\0{self:?}");
+        hex::encode(Sha256::digest(text.as_bytes()))
+    }
+
     pub fn parse(input: &str) -> Option<Self> {
         match input.trim().to_ascii_lowercase().as_str() {
             "approve" => Some(Self::Approve),
@@ -261,6 +268,8 @@ pub struct Updated {
     pub payment: Payment,
     pub refund: Option<Payment>,
     pub balance: Money,
+    /// The answer is the replay of an earlier request with the same key.
+    pub replayed: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -273,8 +282,45 @@ pub enum UpdateError {
     NotAllowed(&'static str),
     #[error("the balance does not cover this charge")]
     InsufficientFunds,
+    #[error("the Idempotency-Key was used with other parameters")]
+    IdempotencyConflict,
     #[error(transparent)]
     Store(#[from] StoreError),
+}
+
+/// The first answer to an update with this key, if the key was used within the
+/// window; a key first used for anything else is a conflict.
+async fn replayed_update(
+    store: &dyn Store,
+    key: &IdempotencyKey,
+) -> Result<Option<Updated>, UpdateError> {
+    let Some(stored) = store
+        .find_idempotency_key(&key.owner_id, &key.key, key.expired_before)
+        .await?
+    else {
+        return Ok(None);
+    };
+    let payment_id = match stored.payment_id {
+        Some(id) if stored.fingerprint == key.fingerprint => id,
+        _ => return Err(UpdateError::IdempotencyConflict),
+    };
+    // The update left the payment in a final state, which never changes, so
+    // the payment as stored is the payment as first answered.
+    let payment = store
+        .find_payments(&[payment_id])
+        .await?
+        .pop()
+        .ok_or(UpdateError::NotFound)?;
+    let refund = match &payment.refund_payment_id {
+        Some(id) => store.find_payments(std::slice::from_ref(id)).await?.pop(),
+        None => None,
+    };
+    Ok(Some(Updated {
+        payment,
+        refund,
+        balance: Money::from_cents(stored.balance_cents.unwrap_or(0)),
+        replayed: true,
+    }))
 }
 
 /// Approves, denies or cancels a pending payment on behalf of `user`.
@@ -284,8 +330,23 @@ pub async fn update(
     user: &User,
     payment_id: &str,
     update: Update,
+    idempotency_key: Option<&str>,
     now: i64,
 ) -> Result<Updated, UpdateError> {
+    let idempotency = idempotency_key.map(|key| IdempotencyKey {
+        owner_id: user.id.clone(),
+        key: key.to_owned(),
+        fingerprint: update.fingerprint(payment_id),
+        now,
+        expired_before: now.saturating_sub(micros(IDEMPOTENCY_WINDOW)),
+    });
+    // A retry of an update that committed finds the payment no longer
+    // pending: its key answers first.
+    if let Some(key) = &idempotency {
+        if let Some(first) = replayed_update(store, key).await? {
+            return Ok(first);
+        }
+    }
     let payment = store
         .find_payments(&[payment_id.to_owned()])
         .await?
@@ -336,6 +397,7 @@ pub async fn update(
         Update::Cancel => returning(&payment, PaymentStatus::Cancelled, now),
     };
     transition.balance_of = Some(user.id.clone());
+    transition.idempotency = idempotency.clone();
     match store.apply_transition(&transition).await? {
         TransitionOutcome::Applied {
             payment,
@@ -345,9 +407,17 @@ pub async fn update(
             payment: *payment,
             refund: refund.map(|r| *r),
             balance: Money::from_cents(balance_cents.unwrap_or(0)),
+            replayed: false,
         }),
         TransitionOutcome::NotPending => Err(UpdateError::InvalidState),
         TransitionOutcome::InsufficientFunds => Err(UpdateError::InsufficientFunds),
+        // A request with the same key committed while this one was deciding.
+        TransitionOutcome::KeyTaken => match &idempotency {
+            Some(key) => replayed_update(store, key)
+                .await?
+                .ok_or(UpdateError::IdempotencyConflict),
+            None => Err(UpdateError::IdempotencyConflict),
+        },
     }
 }
 
@@ -374,6 +444,7 @@ fn base(
         skip_locked: false,
         unclaimed_only: false,
         only_if_active: None,
+        idempotency: None,
     }
 }
 
@@ -468,7 +539,7 @@ pub async fn process_due(store: &dyn Store, timing: Timing, now: i64) -> Result<
         // One payment that cannot be moved must not hold up those behind it.
         match store.apply_transition(&transition).await {
             Ok(TransitionOutcome::Applied { .. }) => done += 1,
-            Ok(TransitionOutcome::NotPending) => {}
+            Ok(TransitionOutcome::NotPending | TransitionOutcome::KeyTaken) => {}
             Ok(TransitionOutcome::InsufficientFunds) => {
                 tracing::error!(payment_id = %payment.id, "held money is short");
             }

@@ -16,7 +16,7 @@ pub use oauth::*;
 pub use pages::*;
 pub use payments::{
     kinds, DuePayment, IdempotencyKey, InsertOutcome, Move, Payment, PaymentFilter, PaymentInsert,
-    PaymentStore, Transition, TransitionOutcome, UserSearch,
+    PaymentStore, StoredIdempotencyKey, Transition, TransitionOutcome, UserSearch,
 };
 pub use postgres::PgStore;
 pub use sqlite::SqliteStore;
@@ -47,6 +47,11 @@ pub trait Store: OAuthStore + PaymentStore + PagesStore + Send + Sync + 'static 
 
     /// Checks that the database answers.
     async fn ping(&self) -> Result<(), StoreError>;
+
+    /// Writes a consistent copy of the whole database to a new file at `path`
+    /// while others keep reading and writing. SQLite only: a PostgreSQL store
+    /// answers `None` (back it up with pg_dump).
+    async fn backup_into(&self, path: &str) -> Result<Option<()>, StoreError>;
 
     /// Returns the stored value of a server setting, storing `candidate` first if
     /// there is none yet. Racing callers all get the one value that won.

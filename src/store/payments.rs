@@ -41,7 +41,7 @@ pub mod kinds {
     pub const REFUND: &str = "refund";
 }
 
-/// An Idempotency-Key presented with a new payment.
+/// An Idempotency-Key presented with a new payment or a payment update.
 #[derive(Debug, Clone)]
 pub struct IdempotencyKey {
     pub owner_id: String,
@@ -60,6 +60,15 @@ pub struct PaymentInsert {
     /// For a pay: the ledger movement that holds the amount from the actor.
     pub hold_movement_id: Option<String>,
     pub idempotency: Option<IdempotencyKey>,
+}
+
+/// A key as stored: what it was first used for and what that answered.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct StoredIdempotencyKey {
+    pub fingerprint: String,
+    /// The payment made or changed; none while its first request is in flight.
+    pub payment_id: Option<String>,
+    pub balance_cents: Option<i64>,
 }
 
 #[derive(Debug)]
@@ -111,6 +120,8 @@ pub struct Transition {
     /// it when the payment changes (a settlement must not credit an account
     /// suspended after the worker looked).
     pub only_if_active: Option<String>,
+    /// Taken in the same transaction, so a committed change always has its key.
+    pub idempotency: Option<IdempotencyKey>,
 }
 
 #[derive(Debug)]
@@ -124,6 +135,8 @@ pub enum TransitionOutcome {
     NotPending,
     /// A debited balance is short; nothing changed.
     InsufficientFunds,
+    /// The transition's Idempotency-Key was taken first; nothing changed.
+    KeyTaken,
 }
 
 /// Which of a user's payments to list, newest first.
@@ -172,6 +185,14 @@ pub trait PaymentStore: Send + Sync {
 
     async fn find_payments(&self, ids: &[String]) -> Result<Vec<Payment>, StoreError>;
 
+    /// The owner's key, unless it was created before `created_since`.
+    async fn find_idempotency_key(
+        &self,
+        owner_id: &str,
+        key: &str,
+        created_since: i64,
+    ) -> Result<Option<StoredIdempotencyKey>, StoreError>;
+
     async fn list_payments(&self, filter: &PaymentFilter) -> Result<Vec<Payment>, StoreError>;
 
     /// Pending pays that reached an account at or before `settle_by`, and
@@ -217,6 +238,56 @@ pub(crate) fn prefixed(columns: &str, alias: &str) -> String {
 macro_rules! impl_payment_store {
     ($store:ty) => {
         impl $store {
+            /// Takes an Idempotency-Key for this transaction, forgetting an
+            /// expired one first. False if the key is held: one atomic statement
+            /// takes it, so a racing request waits for this transaction and then
+            /// finds it taken.
+            async fn take_idempotency_key(
+                tx: &mut sqlx::Transaction<'static, Backend>,
+                key: &$crate::store::IdempotencyKey,
+            ) -> Result<bool, StoreError> {
+                sqlx::query(
+                    "DELETE FROM idempotency_keys \
+                     WHERE owner_id = $1 AND key = $2 AND created_at < $3",
+                )
+                .bind(&key.owner_id)
+                .bind(&key.key)
+                .bind(key.expired_before)
+                .execute(&mut **tx)
+                .await?;
+                let taken = sqlx::query(
+                    "INSERT INTO idempotency_keys (owner_id, key, fingerprint, created_at) \
+                     VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",
+                )
+                .bind(&key.owner_id)
+                .bind(&key.key)
+                .bind(&key.fingerprint)
+                .bind(key.now)
+                .execute(&mut **tx)
+                .await?;
+                Ok(taken.rows_affected() == 1)
+            }
+
+            /// Records what a key's first request changed and answered.
+            async fn complete_idempotency_key(
+                tx: &mut sqlx::Transaction<'static, Backend>,
+                key: &$crate::store::IdempotencyKey,
+                payment_id: &str,
+                balance_cents: Option<i64>,
+            ) -> Result<(), StoreError> {
+                sqlx::query(
+                    "UPDATE idempotency_keys SET payment_id = $3, balance_cents = $4 \
+                     WHERE owner_id = $1 AND key = $2",
+                )
+                .bind(&key.owner_id)
+                .bind(&key.key)
+                .bind(payment_id)
+                .bind(balance_cents)
+                .execute(&mut **tx)
+                .await?;
+                Ok(())
+            }
+
             async fn insert_payment_row(
                 tx: &mut sqlx::Transaction<'static, Backend>,
                 p: &$crate::store::Payment,
@@ -381,28 +452,7 @@ macro_rules! impl_payment_store {
                 let actor = p.actor_id.as_deref().ok_or(StoreError::NotFound("actor"))?;
                 let mut tx = self.write().await?;
                 if let Some(key) = &insert.idempotency {
-                    sqlx::query(
-                        "DELETE FROM idempotency_keys \
-                         WHERE owner_id = $1 AND key = $2 AND created_at < $3",
-                    )
-                    .bind(&key.owner_id)
-                    .bind(&key.key)
-                    .bind(key.expired_before)
-                    .execute(&mut *tx)
-                    .await?;
-                    // One atomic statement takes the key; a racing request waits
-                    // for this transaction and then finds the key taken.
-                    let taken = sqlx::query(
-                        "INSERT INTO idempotency_keys (owner_id, key, fingerprint, created_at) \
-                         VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",
-                    )
-                    .bind(&key.owner_id)
-                    .bind(&key.key)
-                    .bind(&key.fingerprint)
-                    .bind(key.now)
-                    .execute(&mut *tx)
-                    .await?;
-                    if taken.rows_affected() == 0 {
+                    if !Self::take_idempotency_key(&mut tx, key).await? {
                         let (fingerprint, payment_id, balance): (String, Option<String>, Option<i64>) =
                             sqlx::query_as(
                                 "SELECT fingerprint, payment_id, balance_cents \
@@ -467,16 +517,7 @@ macro_rules! impl_payment_store {
                     Self::add_party(&mut tx, target, p).await?;
                 }
                 if let Some(key) = &insert.idempotency {
-                    sqlx::query(
-                        "UPDATE idempotency_keys SET payment_id = $3, balance_cents = $4 \
-                         WHERE owner_id = $1 AND key = $2",
-                    )
-                    .bind(&key.owner_id)
-                    .bind(&key.key)
-                    .bind(&p.id)
-                    .bind(balance)
-                    .execute(&mut *tx)
-                    .await?;
+                    Self::complete_idempotency_key(&mut tx, key, &p.id, Some(balance)).await?;
                 }
                 tx.commit().await?;
                 Ok(InsertOutcome::Created {
@@ -492,6 +533,12 @@ macro_rules! impl_payment_store {
             ) -> Result<$crate::store::TransitionOutcome, StoreError> {
                 use $crate::store::TransitionOutcome;
                 let mut tx = self.write().await?;
+                if let Some(key) = &t.idempotency {
+                    if !Self::take_idempotency_key(&mut tx, key).await? {
+                        tx.rollback().await?;
+                        return Ok(TransitionOutcome::KeyTaken);
+                    }
+                }
                 if t.skip_locked {
                     let sql = format!(
                         "SELECT id FROM payments WHERE id = $1 AND status = 'pending'{SKIP_LOCKED}"
@@ -548,12 +595,33 @@ macro_rules! impl_payment_store {
                     Some(user_id) => Some(Self::balance_in(&mut tx, user_id).await?),
                     None => None,
                 };
+                if let Some(key) = &t.idempotency {
+                    Self::complete_idempotency_key(&mut tx, key, &t.payment_id, balance_cents)
+                        .await?;
+                }
                 tx.commit().await?;
                 Ok(TransitionOutcome::Applied {
                     payment: Box::new(payment),
                     refund: t.refund.clone().map(Box::new),
                     balance_cents,
                 })
+            }
+
+            async fn find_idempotency_key(
+                &self,
+                owner_id: &str,
+                key: &str,
+                created_since: i64,
+            ) -> Result<Option<$crate::store::StoredIdempotencyKey>, StoreError> {
+                Ok(sqlx::query_as(
+                    "SELECT fingerprint, payment_id, balance_cents FROM idempotency_keys \
+                     WHERE owner_id = $1 AND key = $2 AND created_at >= $3",
+                )
+                .bind(owner_id)
+                .bind(key)
+                .bind(created_since)
+                .fetch_optional(self.reader())
+                .await?)
             }
 
             #[tracing::instrument(skip_all, fields(count = ids.len()))]

@@ -241,28 +241,41 @@ pub async fn answer(
             "The action must be approve, deny or cancel.".to_owned(),
         ));
     };
-    let message =
-        match rules::update(state.store.as_ref(), &user, &path, update, now_micros()).await {
-            Ok(updated) => match updated.payment.status.as_str() {
-                "settled" => "The request is paid.".to_owned(),
-                "failed" => {
-                    "The request could not be paid: its sender's account is suspended.".to_owned()
-                }
-                _ if updated.refund.is_some() => "Cancelled; the money is back.".to_owned(),
-                _ => "Cancelled.".to_owned(),
-            },
-            Err(error) => match error {
-                rules::UpdateError::NotFound => {
-                    return Err(PageError::NotFound("There is no such payment.".to_owned()))
-                }
-                rules::UpdateError::InvalidState => "That payment is no longer pending.".to_owned(),
-                rules::UpdateError::NotAllowed(why) => sentence(why),
-                rules::UpdateError::InsufficientFunds => {
-                    "Your balance does not cover this request.".to_owned()
-                }
-                rules::UpdateError::Store(e) => return Err(e.into()),
-            },
-        };
+    let message = match rules::update(
+        state.store.as_ref(),
+        &user,
+        &path,
+        update,
+        None,
+        now_micros(),
+    )
+    .await
+    {
+        Ok(updated) => match updated.payment.status.as_str() {
+            "settled" => "The request is paid.".to_owned(),
+            "failed" => {
+                "The request could not be paid: its sender's account is suspended.".to_owned()
+            }
+            _ if updated.refund.is_some() => "Cancelled; the money is back.".to_owned(),
+            _ => "Cancelled.".to_owned(),
+        },
+        Err(error) => match error {
+            rules::UpdateError::NotFound => {
+                return Err(PageError::NotFound("There is no such payment.".to_owned()))
+            }
+            rules::UpdateError::InvalidState => "That payment is no longer pending.".to_owned(),
+            rules::UpdateError::NotAllowed(why) => sentence(why),
+            rules::UpdateError::InsufficientFunds => {
+                "Your balance does not cover this request.".to_owned()
+            }
+            rules::UpdateError::Store(e) => return Err(e.into()),
+            rules::UpdateError::IdempotencyConflict => {
+                return Err(PageError::Unexpected(anyhow::anyhow!(
+                    "an update without a key had a key conflict"
+                )))
+            }
+        },
+    };
     session::flash(&session, &message);
     Ok(see_other("/account#payments", None))
 }

@@ -555,6 +555,7 @@ async fn a_settlement_decided_before_a_suspension_does_not_credit_the_account(ba
         .unwrap();
     let settle = tally::store::Transition {
         only_if_active: Some(bob.id.clone()),
+        idempotency: None,
         ..release_held(&made.payment.id, "settled", "settle", &bob.id)
     };
     let outcome = store.apply_transition(&settle).await.unwrap();
@@ -612,6 +613,7 @@ fn release_held(
         skip_locked: true,
         unclaimed_only: false,
         only_if_active: None,
+        idempotency: None,
     }
 }
 
