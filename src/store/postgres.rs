@@ -41,6 +41,11 @@ impl PgStore {
         Ok(self.pool.begin().await?)
     }
 
+    /// PostgreSQL has its own tools for this (pg_dump, base backups).
+    async fn copy_into(&self, _path: &str) -> Result<Option<()>, StoreError> {
+        Ok(None)
+    }
+
     async fn snapshot(&self) -> Result<Transaction<'static, Postgres>, StoreError> {
         Ok(self
             .pool

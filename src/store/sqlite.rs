@@ -52,6 +52,16 @@ impl SqliteStore {
         Ok(self.writer.begin_with("BEGIN IMMEDIATE").await?)
     }
 
+    /// `VACUUM INTO` reads one snapshot of the WAL on a reader, so writers go
+    /// on; it refuses a file that exists and is not empty.
+    async fn copy_into(&self, path: &str) -> Result<Option<()>, StoreError> {
+        sqlx::query("VACUUM INTO $1")
+            .bind(path)
+            .execute(&self.reader)
+            .await?;
+        Ok(Some(()))
+    }
+
     /// A read transaction sees one snapshot of the WAL.
     async fn snapshot(&self) -> Result<Transaction<'static, Sqlite>, StoreError> {
         Ok(self.reader.begin().await?)

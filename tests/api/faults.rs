@@ -1,0 +1,295 @@
+//! Faults an operator meets, through the real `tally` binary: the database
+//! going away and coming back, locks held past the busy timeout, online backups
+//! under load. Every wait here is bounded to seconds.
+
+use crate::browser::{set, Browser};
+use crate::fixtures::person;
+use crate::helpers::{tally, Backend, ServeProcess, TestDb};
+use serde_json::Value;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpListener, TcpStream};
+
+/// A TCP proxy between Tally and PostgreSQL that a test can cut (every live
+/// connection closed, new ones refused) and restore.
+pub struct TcpProxy {
+    pub port: u16,
+    open: Arc<AtomicBool>,
+    cut: tokio::sync::watch::Sender<u64>,
+}
+
+impl TcpProxy {
+    pub async fn start(target: std::net::SocketAddr) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let open = Arc::new(AtomicBool::new(true));
+        let (cut, cuts) = tokio::sync::watch::channel(0u64);
+        let accepting = open.clone();
+        tokio::spawn(async move {
+            while let Ok((mut client, _)) = listener.accept().await {
+                if !accepting.load(Ordering::SeqCst) {
+                    let _ = client.shutdown().await;
+                    continue;
+                }
+                let mut cuts = cuts.clone();
+                // Only a cut after this connection opened closes it.
+                cuts.borrow_and_update();
+                tokio::spawn(async move {
+                    let Ok(mut server) = TcpStream::connect(target).await else {
+                        return;
+                    };
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
+                        _ = cuts.changed() => {}
+                    }
+                });
+            }
+        });
+        Self { port, open, cut }
+    }
+
+    pub fn cut(&self) {
+        self.open.store(false, Ordering::SeqCst);
+        self.cut.send_modify(|n| *n += 1);
+    }
+
+    pub fn restore(&self) {
+        self.open.store(true, Ordering::SeqCst);
+    }
+}
+
+/// The PostgreSQL URL of `db`, rewritten to go through `proxy`.
+fn through(db: &TestDb, proxy: &TcpProxy) -> String {
+    let mut url = url::Url::parse(&db.url_string()).unwrap();
+    url.set_host(Some("127.0.0.1")).unwrap();
+    url.set_port(Some(proxy.port)).unwrap();
+    url.to_string()
+}
+
+fn postgres_address(db: &TestDb) -> std::net::SocketAddr {
+    use std::net::ToSocketAddrs;
+    let url = url::Url::parse(&db.url_string()).unwrap();
+    (url.host_str().unwrap(), url.port().unwrap_or(5432))
+        .to_socket_addrs()
+        .unwrap()
+        .next()
+        .unwrap()
+}
+
+fn retry_after(response: &reqwest::Response) -> u64 {
+    response
+        .headers()
+        .get("retry-after")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no Retry-After on {response:?}"))
+}
+
+async fn expect_unavailable_api(response: reqwest::Response) {
+    assert_eq!(response.status(), 503, "{response:?}");
+    assert!(retry_after(&response) > 0);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "unavailable", "{body}");
+}
+
+/// PostgreSQL unreachable: the API, the OAuth token endpoint and the pages
+/// answer 503 with `Retry-After` in their own shapes, readiness fails, and all
+/// recover by themselves once the database is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_database_answers_503_everywhere_and_recovers_by_itself() {
+    let Some(db) = TestDb::new(Backend::Postgres).await else {
+        return;
+    };
+    let store = db.store().await;
+    let ann = person(store.as_ref(), "ann", "10").await;
+    let proxy = TcpProxy::start(postgres_address(&db)).await;
+    let server = ServeProcess::start(&through(&db, &proxy), &[]);
+    let http = reqwest::Client::new();
+    let me = || {
+        http.get(format!("{}/v1/me", server.origin))
+            .bearer_auth(&ann.token)
+            .send()
+    };
+    assert_eq!(me().await.unwrap().status(), 200);
+    let browser = Browser::new(&server.origin);
+    let signin = browser.get("/signin").await;
+    let mut fields = signin.form("/signin");
+    set(&mut fields, "username", "ann");
+    set(&mut fields, "password", "whatever-it-is");
+
+    proxy.cut();
+    let started = Instant::now();
+    let token = http
+        .post(format!("{}/v1/oauth/token", server.origin))
+        .form(&[
+            ("grant_type", "client_credentials"),
+            ("client_id", "tly_nobody"),
+            ("client_secret", "x"),
+        ])
+        .send();
+    let (api, token, page, ready) = tokio::join!(
+        me(),
+        token,
+        browser.post("/signin", &fields),
+        http.get(format!("{}/readyz", server.origin)).send()
+    );
+    expect_unavailable_api(api.unwrap()).await;
+    let token = token.unwrap();
+    assert_eq!(token.status(), 503);
+    assert!(retry_after(&token) > 0);
+    let body: Value = token.json().await.unwrap();
+    assert_eq!(body["error"], "temporarily_unavailable", "{body}");
+    assert!(body["error_description"].is_string());
+    assert_eq!(page.status, 503, "{}", page.body);
+    assert!(page.header("retry-after").parse::<u64>().unwrap() > 0);
+    assert!(page.body.contains("<html"), "{}", page.body);
+    expect_unavailable_api(ready.unwrap()).await;
+    assert!(started.elapsed() < Duration::from_secs(15));
+
+    proxy.restore();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let status = me().await.unwrap().status();
+        if status == 200 {
+            break;
+        }
+        assert_eq!(status, 503);
+        assert!(Instant::now() < deadline, "no recovery after the outage");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let ready = http
+        .get(format!("{}/readyz", server.origin))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ready.status(), 200);
+    let log = server.stop();
+    assert!(log.contains("database unavailable"), "{log}");
+    assert!(!log.contains("request failed"), "a 500 was logged: {log}");
+}
+
+/// SQLite locked by another process past the busy timeout: the write answers
+/// 503 `unavailable` (not 500), and the next one succeeds once the lock is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_locked_past_the_busy_timeout_answers_503() {
+    use sqlx::{Connection, Executor};
+    let db = TestDb::new(Backend::Sqlite).await.unwrap();
+    let store = db.store().await;
+    let ann = person(store.as_ref(), "ann", "10").await;
+    let bob = person(store.as_ref(), "bob", "0").await;
+    let server = ServeProcess::start(&db.url_string(), &[]);
+    let http = reqwest::Client::new();
+    let pay = || {
+        http.post(format!("{}/v1/payments", server.origin))
+            .bearer_auth(&ann.token)
+            .form(&[("user_id", bob.id.as_str()), ("amount", "1"), ("note", "x")])
+            .send()
+    };
+    let mut holder = sqlx::SqliteConnection::connect(&db.url_string())
+        .await
+        .unwrap();
+    holder.execute("BEGIN IMMEDIATE").await.unwrap();
+    let started = Instant::now();
+    expect_unavailable_api(pay().await.unwrap()).await;
+    eprintln!("locked write answered after {:?}", started.elapsed());
+    assert!(started.elapsed() < Duration::from_secs(40));
+    holder.execute("ROLLBACK").await.unwrap();
+    assert_eq!(pay().await.unwrap().status(), 200);
+    let log = server.stop();
+    assert!(!log.contains("request failed"), "a 500 was logged: {log}");
+}
+
+/// `tally admin backup` copies a live SQLite database while payments are being
+/// made over HTTP; the copy audits clean; it never overwrites.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backup_taken_under_load_audits_clean_and_never_overwrites() {
+    let db = TestDb::new(Backend::Sqlite).await.unwrap();
+    let store = db.store().await;
+    let ann = person(store.as_ref(), "ann", "1000").await;
+    let bob = person(store.as_ref(), "bob", "0").await;
+    let server = ServeProcess::start(&db.url_string(), &[]);
+    let http = reqwest::Client::new();
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut clients = Vec::new();
+    for _ in 0..4 {
+        let (http, origin, stop) = (http.clone(), server.origin.clone(), stop.clone());
+        let (token, target) = (ann.token.clone(), bob.id.clone());
+        clients.push(tokio::spawn(async move {
+            let mut made = 0;
+            while !stop.load(Ordering::SeqCst) && made < 200 {
+                let response = http
+                    .post(format!("{origin}/v1/payments"))
+                    .bearer_auth(&token)
+                    .form(&[
+                        ("user_id", target.as_str()),
+                        ("amount", "0.01"),
+                        ("note", "x"),
+                    ])
+                    .send()
+                    .await
+                    .unwrap();
+                assert_eq!(response.status(), 200);
+                made += 1;
+            }
+            made
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let copy = dir.path().join("copy.db");
+    let copy_text = copy.to_str().unwrap().to_owned();
+    let url = db.url_string();
+    let run = {
+        let (url, copy_text) = (url.clone(), copy_text.clone());
+        move || tally(&url, &["admin", "backup", &copy_text, "--json"])
+    };
+    let backed_up = tokio::task::spawn_blocking(run.clone()).await.unwrap();
+    stop.store(true, Ordering::SeqCst);
+    let mut made = 0;
+    for client in clients {
+        made += client.await.unwrap();
+    }
+    assert!(backed_up.status.success(), "{}", backed_up.stderr);
+    let answer = backed_up.json();
+    assert_eq!(answer["path"], copy_text);
+    assert!(answer["bytes"].as_u64().unwrap() > 0);
+    assert_eq!(
+        answer["bytes"].as_u64().unwrap(),
+        std::fs::metadata(&copy).unwrap().len()
+    );
+    assert!(made > 0);
+
+    let copy_url = format!("sqlite://{copy_text}");
+    let audit = tally(&copy_url, &["admin", "audit", "--json"]);
+    assert!(audit.status.success(), "{} {}", audit.stdout, audit.stderr);
+    assert_eq!(audit.json()["ok"], true);
+
+    let again = tokio::task::spawn_blocking(run).await.unwrap();
+    assert!(!again.status.success());
+    assert_eq!(again.json()["error"]["code"], "conflict");
+    assert!(again.stderr.contains("already exists"), "{}", again.stderr);
+    server.stop();
+}
+
+/// On PostgreSQL the command says to use pg_dump and writes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backup_on_postgres_points_to_pg_dump() {
+    let Some(db) = TestDb::new(Backend::Postgres).await else {
+        return;
+    };
+    db.store().await;
+    let dir = tempfile::tempdir().unwrap();
+    let copy = dir.path().join("copy.db");
+    let run = tally(
+        &db.url_string(),
+        &["admin", "backup", copy.to_str().unwrap(), "--json"],
+    );
+    assert!(!run.status.success());
+    assert!(run.json()["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("pg_dump"));
+    assert!(!copy.exists());
+}
