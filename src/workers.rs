@@ -25,7 +25,12 @@ pub fn spawn(store: Arc<dyn Store>, timing: Timing) -> JoinHandle<()> {
             match ledger::payments::process_due(store.as_ref(), timing, now_micros()).await {
                 Ok(0) => {}
                 Ok(n) => tracing::debug!(payments = n, "processed due payments"),
-                Err(e) => tracing::warn!(error = %e, "payment worker round failed"),
+                Err(e) => {
+                    let cause = format!("payment worker round: {e}");
+                    if let Some(suppressed) = crate::log_throttle::admit(&cause) {
+                        tracing::warn!(error = %e, suppressed, "payment worker round failed");
+                    }
+                }
             }
         }
     })

@@ -545,7 +545,10 @@ pub async fn process_due(store: &dyn Store, timing: Timing, now: i64) -> Result<
             }
             Err(StoreError::Unavailable(e)) => return Err(StoreError::Unavailable(e)),
             Err(error) => {
-                tracing::error!(payment_id = %payment.id, error = ?error, "cannot move a due payment");
+                let cause = format!("cannot move a due payment: {error}");
+                if let Some(suppressed) = crate::log_throttle::admit(&cause) {
+                    tracing::error!(payment_id = %payment.id, error = ?error, suppressed, "cannot move a due payment");
+                }
             }
         }
     }

@@ -19,7 +19,7 @@ pub use payments::{
     PaymentStore, StoredIdempotencyKey, Transition, TransitionOutcome, UserSearch,
 };
 pub use postgres::PgStore;
-pub use sqlite::SqliteStore;
+pub use sqlite::{SqliteStore, PAGE_LIMIT_FILE_VARIABLE as SQLITE_PAGE_LIMIT_FILE_VARIABLE};
 
 use crate::config::DatabaseUrl;
 use async_trait::async_trait;
@@ -45,7 +45,8 @@ pub trait Store: OAuthStore + PaymentStore + PagesStore + Send + Sync + 'static 
     /// Applies pending migrations (safe to call from several processes at once).
     async fn migrate(&self) -> Result<(), StoreError>;
 
-    /// Checks that the database answers.
+    /// Checks that the database answers and, on SQLite, that the writer can
+    /// write.
     async fn ping(&self) -> Result<(), StoreError>;
 
     /// Writes a consistent copy of the whole database to a new file at `path`

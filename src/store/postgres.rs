@@ -33,6 +33,11 @@ impl PgStore {
         Ok(())
     }
 
+    async fn ready(&self) -> Result<(), StoreError> {
+        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        Ok(())
+    }
+
     fn reader(&self) -> &PgPool {
         &self.pool
     }

@@ -32,8 +32,7 @@ macro_rules! impl_store {
 
             #[tracing::instrument(skip_all)]
             async fn ping(&self) -> Result<(), StoreError> {
-                sqlx::query("SELECT 1").execute(self.reader()).await?;
-                Ok(())
+                self.ready().await
             }
 
             #[tracing::instrument(skip_all, fields(key))]

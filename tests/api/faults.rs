@@ -293,3 +293,112 @@ async fn backup_on_postgres_points_to_pg_dump() {
         .contains("pg_dump"));
     assert!(!copy.exists());
 }
+
+/// SQLite "disk full" (the writer's page count capped through the test hook):
+/// writes answer 503, readiness fails, the worker logs with back-off, and once
+/// room returns the very next writes succeed and every held pay settles,
+/// without a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_sqlite_disk_answers_503_and_recovers_by_itself() {
+    let db = TestDb::new(Backend::Sqlite).await.unwrap();
+    let store = db.store().await;
+    let ann = person(store.as_ref(), "ann", "1000").await;
+    let bob = person(store.as_ref(), "bob", "0").await;
+    let dir = tempfile::tempdir().unwrap();
+    let limit = dir.path().join("page-limit");
+    let server = ServeProcess::start(
+        &db.url_string(),
+        &[(
+            tally::store::SQLITE_PAGE_LIMIT_FILE_VARIABLE,
+            limit.to_str().unwrap(),
+        )],
+    );
+    let http = reqwest::Client::new();
+    let pay = || {
+        http.post(format!("{}/v1/payments", server.origin))
+            .bearer_auth(&ann.token)
+            .form(&[
+                ("user_id", bob.id.as_str()),
+                ("amount", "0.01"),
+                // Long notes fill pages quickly.
+                ("note", "n".repeat(400).as_str()),
+            ])
+            .send()
+    };
+    let ready = || http.get(format!("{}/readyz", server.origin)).send();
+    assert_eq!(pay().await.unwrap().status(), 200);
+    assert_eq!(ready().await.unwrap().status(), 200);
+
+    // "The disk is full": no page beyond the database's present size.
+    std::fs::write(&limit, "1").unwrap();
+    let mut made = 1;
+    let full = loop {
+        let response = pay().await.unwrap();
+        match response.status().as_u16() {
+            200 => made += 1,
+            _ => break response,
+        }
+        assert!(made < 500, "the page limit never bit");
+    };
+    expect_unavailable_api(full).await;
+    for _ in 0..3 {
+        expect_unavailable_api(pay().await.unwrap()).await;
+    }
+    expect_unavailable_api(ready().await.unwrap()).await;
+    // Let the worker fail a few rounds.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    std::fs::remove_file(&limit).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let response = pay().await.unwrap();
+        if response.status() == 200 {
+            made += 1;
+            break;
+        }
+        expect_unavailable_api(response).await;
+        assert!(Instant::now() < deadline, "writes did not recover");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while ready().await.unwrap().status() != 200 {
+        assert!(Instant::now() < deadline, "readiness did not recover");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let pending: Value = http
+            .get(format!("{}/v1/payments?status=pending", server.origin))
+            .bearer_auth(&ann.token)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if pending["data"].as_array().unwrap().is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "held pays did not settle: {pending}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let log = server.stop();
+    assert!(!log.contains("request failed"), "a 500 was logged: {log}");
+    let worker_lines = log
+        .lines()
+        .filter(|l| l.contains("cannot move a due payment") || l.contains("worker round failed"))
+        .count();
+    assert!(
+        worker_lines <= 4,
+        "{worker_lines} worker error lines: {log}"
+    );
+    let audit = tally(&db.url_string(), &["admin", "audit", "--json"]);
+    assert_eq!(audit.json()["ok"], true, "{}", audit.stdout);
+    assert_eq!(
+        crate::fixtures::balance_cents(store.as_ref(), &bob.id).await,
+        made
+    );
+}
