@@ -3,14 +3,20 @@
 //! under load. Every wait here is bounded to seconds.
 
 use crate::browser::{set, Browser};
-use crate::fixtures::person;
-use crate::helpers::{tally, Backend, ServeProcess, TestDb};
+use crate::fixtures::{person, Person};
+use crate::helpers::{on_both_backends, tally, Backend, ServeProcess, TestDb};
 use serde_json::Value;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
+
+on_both_backends!(
+    killed_under_load_it_loses_nothing_answered_and_invents_nothing,
+    sigterm_under_load_answers_what_is_in_flight_and_exits_0,
+);
 
 /// A TCP proxy between Tally and PostgreSQL that a test can cut (every live
 /// connection closed, new ones refused) and restore.
@@ -401,4 +407,336 @@ async fn a_full_sqlite_disk_answers_503_and_recovers_by_itself() {
         crate::fixtures::balance_cents(store.as_ref(), &bob.id).await,
         made
     );
+}
+
+/// One pay a client asks for, with the key that makes it safe to retry.
+#[derive(Clone, Debug)]
+struct Ask {
+    payer: usize,
+    key: String,
+    cents: i64,
+}
+
+/// What the clients learnt: payments answered 200 (by key: id, payer, cents),
+/// and asks whose answer was lost (a connection cut by a kill).
+#[derive(Default)]
+struct Seen {
+    answered: HashMap<String, (String, usize, i64)>,
+    lost: Vec<Ask>,
+    /// Lost asks whose connection had been made (not refused).
+    cut: usize,
+}
+
+async fn keyed_pay(
+    http: &reqwest::Client,
+    origin: &str,
+    payer: &Person,
+    target: &Person,
+    ask: &Ask,
+) -> Result<(u16, Value), reqwest::Error> {
+    let amount = format!("{}.{:02}", ask.cents / 100, ask.cents % 100);
+    let response = http
+        .post(format!("{origin}/v1/payments"))
+        .bearer_auth(&payer.token)
+        .header("Idempotency-Key", &ask.key)
+        .form(&[
+            ("user_id", target.id.as_str()),
+            ("amount", amount.as_str()),
+            ("note", ask.key.as_str()),
+        ])
+        .send()
+        .await?;
+    let status = response.status().as_u16();
+    Ok((status, response.json().await?))
+}
+
+fn record(seen: &mut Seen, ask: &Ask, body: &Value) {
+    let payment = &body["data"]["payment"];
+    let id = payment["id"].as_str().unwrap().to_owned();
+    if let Some((first, _, _)) = seen.answered.get(&ask.key) {
+        assert_eq!(first, &id, "one key, two payments");
+    }
+    seen.answered
+        .insert(ask.key.clone(), (id, ask.payer, ask.cents));
+}
+
+/// Each payer's client pays the target with a fresh key per pay, one at a time,
+/// against `origins` in turn, until `stop` or a connection fails; a failed
+/// ask is kept, to be retried with its key.
+async fn load(
+    http: &reqwest::Client,
+    origins: &[String],
+    payers: &[Person],
+    target: &Person,
+    stop: Arc<AtomicBool>,
+    round: usize,
+) -> Seen {
+    let clients = payers.iter().enumerate().map(|(payer, person)| {
+        let stop = stop.clone();
+        async move {
+            let mut seen = Seen::default();
+            for seq in 0.. {
+                if stop.load(Ordering::SeqCst) {
+                    break;
+                }
+                let ask = Ask {
+                    payer,
+                    key: format!("r{round}-p{payer}-{seq}"),
+                    cents: 1 + (seq % 50) as i64,
+                };
+                let origin = &origins[seq % origins.len()];
+                match keyed_pay(http, origin, person, target, &ask).await {
+                    Ok((200, body)) => record(&mut seen, &ask, &body),
+                    Ok((status, body)) => panic!("{status} {body}"),
+                    Err(e) => {
+                        if !e.is_connect() {
+                            seen.cut += 1;
+                        }
+                        seen.lost.push(ask);
+                        if origins.len() == 1 {
+                            break;
+                        }
+                    }
+                }
+            }
+            seen
+        }
+    });
+    let mut all = Seen::default();
+    for seen in futures_util::future::join_all(clients).await {
+        all.answered.extend(seen.answered);
+        all.lost.extend(seen.lost);
+        all.cut += seen.cut;
+    }
+    all
+}
+
+/// Retries every lost ask with its key on `origin`: each gets 200, either the
+/// payment its first try made or a new one.
+async fn recover(
+    http: &reqwest::Client,
+    origin: &str,
+    payers: &[Person],
+    target: &Person,
+    seen: &mut Seen,
+) {
+    for ask in std::mem::take(&mut seen.lost) {
+        let (status, body) = keyed_pay(http, origin, &payers[ask.payer], target, &ask)
+            .await
+            .unwrap();
+        assert_eq!(status, 200, "{body}");
+        record(seen, &ask, &body);
+    }
+}
+
+/// Exactly the payments the clients were answered exist, each with its amount,
+/// every payer's balance lost exactly their sum, and the audit is clean.
+async fn assert_exactly_what_was_answered(
+    db: &TestDb,
+    payers: &[Person],
+    seen: &Seen,
+    start_cents: i64,
+) {
+    let store = db.store().await;
+    for (index, payer) in payers.iter().enumerate() {
+        let mine: HashMap<&str, i64> = seen
+            .answered
+            .values()
+            .filter(|(_, p, _)| *p == index)
+            .map(|(id, _, cents)| (id.as_str(), *cents))
+            .collect();
+        let stored = store
+            .list_payments(&tally::store::PaymentFilter {
+                owner_id: payer.id.clone(),
+                action: Some("pay"),
+                limit: 100_000,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        let stored: HashMap<&str, i64> = stored
+            .iter()
+            .map(|p| (p.id.as_str(), p.amount_cents))
+            .collect();
+        assert_eq!(
+            stored, mine,
+            "payer {index}: stored payments differ from answered ones"
+        );
+        let spent: i64 = mine.values().sum();
+        assert_eq!(
+            crate::fixtures::balance_cents(store.as_ref(), &payer.id).await,
+            start_cents - spent
+        );
+    }
+    let audit = tally(&db.url_string(), &["admin", "audit", "--json"]);
+    assert_eq!(audit.json()["ok"], true, "{}", audit.stdout);
+}
+
+async fn payers_and_target(db: &TestDb, count: usize) -> (Vec<Person>, Person) {
+    let store = db.store().await;
+    let mut payers = Vec::new();
+    for i in 0..count {
+        payers.push(person(store.as_ref(), &format!("payer{i}"), "1000").await);
+    }
+    let target = person(store.as_ref(), "target", "0").await;
+    (payers, target)
+}
+
+/// kill -9 three times under concurrent load, restarting each time: every
+/// payment answered 200 exists with its amount, nothing exists that no client
+/// asked for, and an answer lost to the kill is recovered by its key.
+async fn killed_under_load_it_loses_nothing_answered_and_invents_nothing(backend: Backend) {
+    let Some(db) = TestDb::new(backend).await else {
+        return;
+    };
+    let (payers, target) = payers_and_target(&db, 6).await;
+    let http = reqwest::Client::new();
+    let mut seen = Seen::default();
+    let mut lost_to_kills = 0;
+    for round in 0..3 {
+        let server = ServeProcess::start(&db.url_string(), &[]);
+        recover(&http, &server.origin, &payers, &target, &mut seen).await;
+        let origins = [server.origin.clone()];
+        let stop = Arc::new(AtomicBool::new(false));
+        let killer = {
+            let stop = stop.clone();
+            async move {
+                tokio::time::sleep(Duration::from_millis(800)).await;
+                server.stop();
+                stop.store(true, Ordering::SeqCst);
+            }
+        };
+        let (round_seen, ()) =
+            tokio::join!(load(&http, &origins, &payers, &target, stop, round), killer);
+        lost_to_kills += round_seen.lost.len();
+        seen.answered.extend(round_seen.answered);
+        seen.lost.extend(round_seen.lost);
+    }
+    assert!(lost_to_kills > 0, "the kills cut no request");
+    let server = ServeProcess::start(&db.url_string(), &[]);
+    recover(&http, &server.origin, &payers, &target, &mut seen).await;
+    server.stop();
+    assert!(
+        seen.answered.len() > 30,
+        "only {} pays made",
+        seen.answered.len()
+    );
+    assert_exactly_what_was_answered(&db, &payers, &seen, 100_000).await;
+}
+
+/// Two instances on one PostgreSQL, one killed mid-load: the clients carry on
+/// against the other, retrying lost answers by key; every pay settles exactly
+/// once and exactly the answered payments exist.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_instances_one_killed_settle_every_pay_exactly_once() {
+    let Some(db) = TestDb::new(Backend::Postgres).await else {
+        return;
+    };
+    let (payers, target) = payers_and_target(&db, 6).await;
+    let env = [("TALLY_SETTLEMENT_DELAY", "1s")];
+    let doomed = ServeProcess::start(&db.url_string(), &env);
+    let survivor = ServeProcess::start(&db.url_string(), &env);
+    let origins = [doomed.origin.clone(), survivor.origin.clone()];
+    let survivor_origin = survivor.origin.clone();
+    let http = reqwest::Client::new();
+    let stop = Arc::new(AtomicBool::new(false));
+    let killer = {
+        let stop = stop.clone();
+        async move {
+            tokio::time::sleep(Duration::from_millis(1000)).await;
+            doomed.stop();
+            tokio::time::sleep(Duration::from_millis(700)).await;
+            stop.store(true, Ordering::SeqCst);
+        }
+    };
+    let (mut seen, ()) = tokio::join!(load(&http, &origins, &payers, &target, stop, 0), killer);
+    assert!(!seen.lost.is_empty(), "the kill cut nothing");
+    recover(&http, &survivor_origin, &payers, &target, &mut seen).await;
+
+    use sqlx::Connection;
+    let mut conn = sqlx::PgConnection::connect(&db.url_string()).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let pending: i64 =
+            sqlx::query_scalar("SELECT COUNT(*) FROM payments WHERE status = 'pending'")
+                .fetch_one(&mut conn)
+                .await
+                .unwrap();
+        if pending == 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{pending} pays never settled");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let settled: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM payments WHERE kind = 'payment' AND status = 'settled'",
+    )
+    .fetch_one(&mut conn)
+    .await
+    .unwrap();
+    assert_eq!(settled as usize, seen.answered.len());
+    let twice: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM (SELECT payment_id FROM ledger_entries WHERE kind = 'settle' \
+         GROUP BY payment_id HAVING COUNT(DISTINCT movement_id) <> 1) AS t",
+    )
+    .fetch_one(&mut conn)
+    .await
+    .unwrap();
+    assert_eq!(twice, 0, "a pay settled more than once");
+    conn.close().await.unwrap();
+    let log = survivor.stop();
+    assert!(!log.contains("request failed"), "a 500 was logged: {log}");
+    assert_exactly_what_was_answered(&db, &payers, &seen, 100_000).await;
+    let store = db.store().await;
+    let spent: i64 = seen.answered.values().map(|(_, _, cents)| cents).sum();
+    assert_eq!(
+        crate::fixtures::balance_cents(store.as_ref(), &target.id).await,
+        spent
+    );
+}
+
+/// SIGTERM under load: requests in flight are answered (200), new connections
+/// are refused, the process exits 0, and every answered pay is stored.
+async fn sigterm_under_load_answers_what_is_in_flight_and_exits_0(backend: Backend) {
+    let Some(db) = TestDb::new(backend).await else {
+        return;
+    };
+    let (payers, target) = payers_and_target(&db, 6).await;
+    let server = ServeProcess::start(&db.url_string(), &[]);
+    let origins = [server.origin.clone()];
+    // A connection per request, so no request rides an idle connection the
+    // server is closing.
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .build()
+        .unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let terminator = {
+        let stop = stop.clone();
+        let server = &server;
+        async move {
+            tokio::time::sleep(Duration::from_millis(800)).await;
+            server.signal_term();
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            stop.store(true, Ordering::SeqCst);
+        }
+    };
+    let (seen, ()) = tokio::join!(load(&http, &origins, &payers, &target, stop, 0), terminator);
+    let (status, log) =
+        tokio::task::spawn_blocking(move || server.wait_exit(Duration::from_secs(15)))
+            .await
+            .unwrap();
+    assert!(status.success(), "exit status {status:?}: {log}");
+    assert_eq!(seen.cut, 0, "a request in flight was not answered");
+    assert!(
+        seen.answered.len() > 10,
+        "only {} pays answered",
+        seen.answered.len()
+    );
+    // Lost asks were never answered; their keys tell whether they were made.
+    let server = ServeProcess::start(&db.url_string(), &[]);
+    let mut seen = seen;
+    recover(&http, &server.origin, &payers, &target, &mut seen).await;
+    server.stop();
+    assert_exactly_what_was_answered(&db, &payers, &seen, 100_000).await;
 }
