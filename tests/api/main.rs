@@ -12,6 +12,7 @@ mod oauth_fixture;
 mod cli;
 mod concurrency;
 mod config;
+mod edge;
 mod faults;
 mod health;
 mod oauth;
