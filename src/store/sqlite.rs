@@ -117,6 +117,12 @@ impl SqliteStore {
 
     async fn write(&self) -> Result<Transaction<'static, Sqlite>, StoreError> {
         let mut tx = self.writer.begin_with("BEGIN IMMEDIATE").await?;
+        self.apply_page_limit(&mut tx).await?;
+        Ok(tx)
+    }
+
+    /// The test hook of [`PAGE_LIMIT_FILE_VARIABLE`], if set.
+    async fn apply_page_limit(&self, conn: &mut sqlx::SqliteConnection) -> Result<(), StoreError> {
         if let Some(file) = &self.page_limit_file {
             let limit = std::fs::read_to_string(file)
                 .ok()
@@ -124,15 +130,16 @@ impl SqliteStore {
                 .unwrap_or(NO_PAGE_LIMIT);
             // A number parsed above, so nothing but digits reaches the SQL.
             sqlx::query(&format!("PRAGMA max_page_count = {limit}"))
-                .execute(&mut *tx)
+                .execute(&mut *conn)
                 .await?;
         }
-        Ok(tx)
+        Ok(())
     }
 
     /// Ready when a reader answers and the writer can write: it was not just
-    /// found broken, and it can take the write lock and room for a row (the
-    /// probe is rolled back).
+    /// found broken and, when idle, it can take the write lock and room for a
+    /// row (the probe is rolled back). A writer busy with a write is working,
+    /// so readiness never queues behind the writes it would slow down.
     async fn ready(&self) -> Result<(), StoreError> {
         sqlx::query("SELECT 1").execute(&self.reader).await?;
         if self.health.failed_recently() {
@@ -140,7 +147,11 @@ impl SqliteStore {
                 "the SQLite writer failed a moment ago".to_owned(),
             )));
         }
-        let mut tx = self.write().await?;
+        let Some(mut writer) = self.writer.try_acquire() else {
+            return Ok(());
+        };
+        let mut tx = writer.begin_with("BEGIN IMMEDIATE").await?;
+        self.apply_page_limit(&mut tx).await?;
         sqlx::query(
             "INSERT INTO server_settings (key, value) \
              VALUES ('readiness probe', hex(randomblob(4096)))",
