@@ -14,6 +14,7 @@ mod concurrency;
 mod config;
 mod health;
 mod oauth;
+mod oauth_hardening;
 mod openapi;
 mod pages;
 mod payments_api;
