@@ -17,6 +17,7 @@ mod oauth;
 mod oauth_hardening;
 mod openapi;
 mod pages;
+mod pages_hardening;
 mod payments_api;
 mod real_browser;
 mod store_conformance;
