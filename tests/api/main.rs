@@ -16,6 +16,7 @@ mod edge;
 mod faults;
 mod health;
 mod oauth;
+mod oauth_hardening;
 mod openapi;
 mod pages;
 mod pages_hardening;
