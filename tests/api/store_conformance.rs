@@ -20,6 +20,7 @@ on_both_backends!(
     the_audit_finds_a_settlement_credited_to_the_wrong_account,
     an_expiry_decided_before_a_claim_does_not_overtake_it,
     a_settlement_decided_before_a_suspension_does_not_credit_the_account,
+    a_settlement_batch_settles_each_due_pay_once_and_passes_by_the_rest,
 );
 
 fn new_user(username: &str, email: Option<&str>, phone: Option<&str>) -> NewUser {
@@ -566,6 +567,100 @@ async fn a_settlement_decided_before_a_suspension_does_not_credit_the_account(ba
     run_workers_once(store.as_ref()).await;
     let payment = store.find_payments(&[made.payment.id]).await.unwrap();
     assert_eq!(payment[0].status, "failed");
+    let report = ledger::audit::run(store.as_ref()).await.unwrap();
+    assert!(report.ok, "{:?}", report.discrepancies);
+}
+
+async fn a_settlement_batch_settles_each_due_pay_once_and_passes_by_the_rest(backend: Backend) {
+    let Some((_db, store)) = store_for(backend).await else {
+        return;
+    };
+    let mut users = Vec::new();
+    for name in ["ann", "bob", "cy"] {
+        users.push(
+            store
+                .insert_user(&new_user(name, None, None))
+                .await
+                .unwrap(),
+        );
+    }
+    let (ann, bob, cy) = (&users[0], &users[1], &users[2]);
+    ledger::deposit(store.as_ref(), &ann.id, Amount::parse("20").unwrap())
+        .await
+        .unwrap();
+    let to = |user: &tally::store::User| ledger::payments::TargetAddress::UserId(user.id.clone());
+    let to_bob = pay_four(store.as_ref(), ann, to(bob)).await.payment;
+    let again_to_bob = pay_four(store.as_ref(), ann, to(bob)).await.payment;
+    let to_cy = pay_four(store.as_ref(), ann, to(cy)).await.payment;
+    let cancelled = pay_four(store.as_ref(), ann, to(bob)).await.payment;
+    ledger::payments::update(
+        store.as_ref(),
+        ann,
+        &cancelled.id,
+        ledger::payments::Update::Cancel,
+        now_micros(),
+    )
+    .await
+    .unwrap();
+    // Suspended after the worker looked: passed by, not credited.
+    store
+        .update_user_flags(
+            &cy.id,
+            UserFlags {
+                verified: None,
+                suspended: Some(true),
+            },
+        )
+        .await
+        .unwrap();
+    let batch: Vec<tally::store::Settlement> = [&to_bob, &again_to_bob, &to_cy, &cancelled]
+        .iter()
+        .map(|p| tally::store::Settlement {
+            payment_id: p.id.clone(),
+            movement_id: tally::domain::new_id(),
+        })
+        .collect();
+    let mut settled = store.settle_payments(&batch, now_micros()).await.unwrap();
+    settled.sort();
+    let mut expected = vec![to_bob.id.clone(), again_to_bob.id.clone()];
+    expected.sort();
+    assert_eq!(settled, expected);
+    assert!(store
+        .settle_payments(&batch, now_micros())
+        .await
+        .unwrap()
+        .is_empty());
+    let balance = |id: &str| {
+        let store = store.clone();
+        let id = id.to_owned();
+        async move {
+            store
+                .find_user(UserKey::Id(&id))
+                .await
+                .unwrap()
+                .unwrap()
+                .balance_cents
+        }
+    };
+    assert_eq!(balance(&bob.id).await, 800);
+    assert_eq!(balance(&cy.id).await, 0);
+    assert_eq!(balance(&ann.id).await, 2000 - 1200);
+    let ids = [to_bob.id, again_to_bob.id, to_cy.id, cancelled.id];
+    let mut statuses: Vec<(String, String)> = store
+        .find_payments(&ids)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|p| (p.id, p.status))
+        .collect();
+    statuses.sort();
+    let mut want: Vec<(String, String)> = ids
+        .iter()
+        .zip(["settled", "settled", "pending", "cancelled"])
+        .map(|(id, status)| (id.clone(), status.to_owned()))
+        .collect();
+    want.sort();
+    assert_eq!(statuses, want);
     let report = ledger::audit::run(store.as_ref()).await.unwrap();
     assert!(report.ok, "{:?}", report.discrepancies);
 }
