@@ -21,6 +21,7 @@ on_both_backends!(
     an_expiry_decided_before_a_claim_does_not_overtake_it,
     a_settlement_decided_before_a_suspension_does_not_credit_the_account,
     a_settlement_batch_settles_each_due_pay_once_and_passes_by_the_rest,
+    a_refresh_token_rotates_once_for_its_own_client_while_live,
 );
 
 fn new_user(username: &str, email: Option<&str>, phone: Option<&str>) -> NewUser {
@@ -663,6 +664,98 @@ async fn a_settlement_batch_settles_each_due_pay_once_and_passes_by_the_rest(bac
     assert_eq!(statuses, want);
     let report = ledger::audit::run(store.as_ref()).await.unwrap();
     assert!(report.ok, "{:?}", report.discrepancies);
+}
+
+async fn a_refresh_token_rotates_once_for_its_own_client_while_live(backend: Backend) {
+    use tally::store::{NewGrant, NewToken, RefreshUse, TokenKind};
+    let Some((_db, store)) = store_for(backend).await else {
+        return;
+    };
+    let owner = store
+        .insert_user(&new_user("ann", None, None))
+        .await
+        .unwrap();
+    for client_id in ["mine", "theirs"] {
+        store
+            .insert_app(&NewApp {
+                client_id: client_id.to_owned(),
+                secret_digest: "digest".to_owned(),
+                name: client_id.to_owned(),
+                description: String::new(),
+                redirect_url: None,
+                site_url: None,
+                owner_id: owner.id.clone(),
+                created_at: now_micros(),
+            })
+            .await
+            .unwrap();
+    }
+    let now = now_micros();
+    let token = |digest: &str, kind, expires_at| NewToken {
+        digest: digest.to_owned(),
+        kind,
+        created_at: now,
+        expires_at,
+    };
+    let grant = |id: &str| NewGrant {
+        id: id.to_owned(),
+        user_id: owner.id.clone(),
+        client_id: Some("mine".to_owned()),
+        scopes: "access_profile".to_owned(),
+        flow: "code",
+        created_at: now,
+    };
+    let live = now + 3_600_000_000;
+    store
+        .insert_grant_with_tokens(&grant("g1"), &[token("r1", TokenKind::Refresh, live)])
+        .await
+        .unwrap();
+    store
+        .insert_grant_with_tokens(&grant("g2"), &[token("dead", TokenKind::Refresh, now - 1)])
+        .await
+        .unwrap();
+    let successors = [
+        token("a2", TokenKind::Access, live),
+        token("r2", TokenKind::Refresh, live),
+    ];
+    // Another client's, expired, or unknown: refused, and nothing is written.
+    for (digest, client) in [("r1", "theirs"), ("dead", "mine"), ("nope", "mine")] {
+        let outcome = store
+            .rotate_refresh_token(digest, client, now, &successors)
+            .await
+            .unwrap();
+        assert!(
+            matches!(outcome, RefreshUse::Invalid),
+            "{digest}: {outcome:?}"
+        );
+        assert!(store.find_token("a2").await.unwrap().is_none());
+    }
+    let outcome = store
+        .rotate_refresh_token("r1", "mine", now, &successors)
+        .await
+        .unwrap();
+    let RefreshUse::Rotated(rotated) = outcome else {
+        panic!("{outcome:?}");
+    };
+    assert_eq!(rotated.id, "g1");
+    assert_eq!(rotated.user_id, owner.id);
+    for (digest, kind) in [("a2", "access"), ("r2", "refresh")] {
+        let record = store.find_token(digest).await.unwrap().unwrap();
+        assert_eq!(
+            (record.grant_id.as_str(), record.token_kind.as_str()),
+            ("g1", kind)
+        );
+        assert!(!record.revoked);
+    }
+    // Spent: a second use revokes the whole family, successors included.
+    let again = [token("a3", TokenKind::Access, live)];
+    let outcome = store
+        .rotate_refresh_token("r1", "mine", now, &again)
+        .await
+        .unwrap();
+    assert!(matches!(outcome, RefreshUse::Replayed), "{outcome:?}");
+    assert!(store.find_token("a3").await.unwrap().is_none());
+    assert!(store.find_token("r2").await.unwrap().unwrap().revoked);
 }
 
 /// A pay (or charge) of 4.00 from `actor`, made through the ledger.
