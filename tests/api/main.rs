@@ -12,6 +12,7 @@ mod oauth_fixture;
 mod cli;
 mod concurrency;
 mod config;
+mod edge;
 mod health;
 mod oauth;
 mod openapi;
