@@ -15,6 +15,7 @@ mod config;
 mod edge;
 mod health;
 mod oauth;
+mod oauth_hardening;
 mod openapi;
 mod pages;
 mod pages_hardening;
