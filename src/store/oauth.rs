@@ -461,6 +461,8 @@ macro_rules! impl_oauth_store {
                             .push(", ")
                             .push_bind(token.kind.as_str())
                             .push(", ")
+                            .push_bind(token.scopes.clone())
+                            .push(", ")
                             .push_bind(token.created_at)
                             .push(", ")
                             .push_bind(token.expires_at)
@@ -477,12 +479,12 @@ macro_rules! impl_oauth_store {
                         if !successors.is_empty() {
                             query.push(
                                 ", issued AS (INSERT INTO oauth_tokens \
-                                 (digest, grant_id, kind, created_at, expires_at) \
-                                 SELECT t.digest, spent.grant_id, t.kind, t.created_at, \
-                                 t.expires_at FROM spent CROSS JOIN ",
+                                 (digest, grant_id, kind, scopes, created_at, expires_at) \
+                                 SELECT t.digest, spent.grant_id, t.kind, t.scopes, \
+                                 t.created_at, t.expires_at FROM spent CROSS JOIN ",
                             );
                             successor_values(&mut query);
-                            query.push(" AS t (digest, kind, created_at, expires_at))");
+                            query.push(" AS t (digest, kind, scopes, created_at, expires_at))");
                         }
                         query.push(format!(
                             " SELECT {grant_columns} FROM oauth_grants g \
@@ -503,9 +505,9 @@ macro_rules! impl_oauth_store {
                         if !successors.is_empty() {
                             query.push(
                                 "; INSERT INTO oauth_tokens \
-                                 (digest, grant_id, kind, created_at, expires_at) \
+                                 (digest, grant_id, kind, scopes, created_at, expires_at) \
                                  SELECT v.column1, t.grant_id, v.column2, v.column3, \
-                                 v.column4 FROM oauth_tokens t, ",
+                                 v.column4, v.column5 FROM oauth_tokens t, ",
                             );
                             successor_values(&mut query);
                             query

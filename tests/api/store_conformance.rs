@@ -694,6 +694,7 @@ async fn a_refresh_token_rotates_once_for_its_own_client_while_live(backend: Bac
     let token = |digest: &str, kind, expires_at| NewToken {
         digest: digest.to_owned(),
         kind,
+        scopes: None,
         created_at: now,
         expires_at,
     };
@@ -701,7 +702,7 @@ async fn a_refresh_token_rotates_once_for_its_own_client_while_live(backend: Bac
         id: id.to_owned(),
         user_id: owner.id.clone(),
         client_id: Some("mine".to_owned()),
-        scopes: "access_profile".to_owned(),
+        scopes: "access_profile make_payments".to_owned(),
         flow: "code",
         created_at: now,
     };
@@ -714,8 +715,12 @@ async fn a_refresh_token_rotates_once_for_its_own_client_while_live(backend: Bac
         .insert_grant_with_tokens(&grant("g2"), &[token("dead", TokenKind::Refresh, now - 1)])
         .await
         .unwrap();
+    // A narrower access token, as a refresh that asked for less gets.
     let successors = [
-        token("a2", TokenKind::Access, live),
+        NewToken {
+            scopes: Some("access_profile".to_owned()),
+            ..token("a2", TokenKind::Access, live)
+        },
         token("r2", TokenKind::Refresh, live),
     ];
     // Another client's, expired, or unknown: refused, and nothing is written.
@@ -739,11 +744,18 @@ async fn a_refresh_token_rotates_once_for_its_own_client_while_live(backend: Bac
     };
     assert_eq!(rotated.id, "g1");
     assert_eq!(rotated.user_id, owner.id);
-    for (digest, kind) in [("a2", "access"), ("r2", "refresh")] {
+    for (digest, kind, scopes) in [
+        ("a2", "access", "access_profile"),
+        ("r2", "refresh", "access_profile make_payments"),
+    ] {
         let record = store.find_token(digest).await.unwrap().unwrap();
         assert_eq!(
-            (record.grant_id.as_str(), record.token_kind.as_str()),
-            ("g1", kind)
+            (
+                record.grant_id.as_str(),
+                record.token_kind.as_str(),
+                record.scopes.as_str()
+            ),
+            ("g1", kind, scopes)
         );
         assert!(!record.revoked);
     }
