@@ -16,7 +16,7 @@ pub use oauth::*;
 pub use pages::*;
 pub use payments::{
     kinds, DuePayment, IdempotencyKey, InsertOutcome, Move, Payment, PaymentFilter, PaymentInsert,
-    PaymentStore, StoredIdempotencyKey, Transition, TransitionOutcome, UserSearch,
+    PaymentStore, Settlement, StoredIdempotencyKey, Transition, TransitionOutcome, UserSearch,
 };
 pub use postgres::PgStore;
 pub use sqlite::{SqliteStore, PAGE_LIMIT_FILE_VARIABLE as SQLITE_PAGE_LIMIT_FILE_VARIABLE};
