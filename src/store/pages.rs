@@ -313,6 +313,7 @@ macro_rules! impl_pages_store {
                 .await?
                 .rows_affected();
                 tx.commit().await?;
+                self.revocations.bump();
                 Ok(consents + grants > 0)
             }
 
@@ -367,6 +368,7 @@ macro_rules! impl_pages_store {
                     .await?;
                 }
                 tx.commit().await?;
+                self.revocations.bump();
                 Ok(found)
             }
 
@@ -483,6 +485,7 @@ macro_rules! impl_pages_store {
                 .rows_affected()
                     > 0;
                 tx.commit().await?;
+                self.revocations.bump();
                 Ok(done)
             }
         }

@@ -26,6 +26,10 @@ macro_rules! impl_store {
                 self.run_migrations().await
             }
 
+            fn revocation_epoch(&self) -> u64 {
+                self.revocations.current()
+            }
+
             #[tracing::instrument(skip_all)]
             async fn ping(&self) -> Result<(), StoreError> {
                 sqlx::query("SELECT 1").execute(self.reader()).await?;
@@ -129,6 +133,7 @@ macro_rules! impl_store {
                     .fetch_optional(&mut *tx)
                     .await?;
                 tx.commit().await?;
+                self.revocations.bump();
                 Ok(user)
             }
 
@@ -213,6 +218,7 @@ macro_rules! impl_store {
                     .fetch_optional(&mut *tx)
                     .await?;
                 tx.commit().await?;
+                self.revocations.bump();
                 Ok(app)
             }
 

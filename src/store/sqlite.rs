@@ -14,6 +14,7 @@ use std::time::Duration;
 pub struct SqliteStore {
     reader: SqlitePool,
     writer: SqlitePool,
+    revocations: RevocationEpoch,
 }
 
 impl SqliteStore {
@@ -24,17 +25,27 @@ impl SqliteStore {
             .synchronous(SqliteSynchronous::Normal)
             .foreign_keys(true)
             .busy_timeout(Duration::from_secs(10));
+        // No ping before handing out a connection: an SQLite connection is a
+        // file handle in this process, and a failed statement reports itself.
         let writer = SqlitePoolOptions::new()
             .max_connections(1)
+            .test_before_acquire(false)
             .acquire_timeout(Duration::from_secs(30))
             .connect_with(options.clone())
             .await?;
+        // Each reader is a thread of its own running statements: two per core
+        // keep every core busy without queueing threads for the CPU.
         let reader = SqlitePoolOptions::new()
-            .max_connections(4)
+            .max_connections(super::connections_per_core(2, 2, 8))
+            .test_before_acquire(false)
             .acquire_timeout(Duration::from_secs(10))
             .connect_with(options.read_only(true))
             .await?;
-        Ok(Self { reader, writer })
+        Ok(Self {
+            reader,
+            writer,
+            revocations: RevocationEpoch::default(),
+        })
     }
 
     async fn run_migrations(&self) -> Result<(), StoreError> {
