@@ -18,5 +18,6 @@ mod openapi;
 mod pages;
 mod payments_api;
 mod real_browser;
+mod signin_load;
 mod store_conformance;
 mod users_api;
