@@ -7,11 +7,27 @@ use crate::config::Settings;
 use crate::domain::now_micros;
 use crate::mailer::Mailer;
 use crate::oauth::credentials;
-use crate::store::{Channel, NewVerification, Store, StoreError, User};
+use crate::store::{Channel, NewVerification, SendLimits, Store, StoreError, User};
 use std::time::Duration;
 
 pub const LINK_TTL: Duration = Duration::from_secs(24 * 3600);
 const PREFIX: &str = "tly_verify_";
+
+/// Links to one address, whoever asks (SPEC §8): at most one a minute…
+pub const SEND_GAP: Duration = Duration::from_secs(60);
+/// …and ten a day.
+pub const SENDS_PER_DAY: i64 = 10;
+pub const SEND_WINDOW: Duration = Duration::from_secs(24 * 3600);
+
+/// What became of a request to send links.
+#[derive(Debug, Default)]
+pub struct Sent {
+    /// How many links went out.
+    pub sent: usize,
+    /// Addresses that had too many links lately, each with the first moment
+    /// (microseconds) one may be sent again.
+    pub held: Vec<(String, i64)>,
+}
 
 /// The addresses of `user` that still wait to be verified.
 pub fn unverified_contacts(user: &User) -> Vec<(Channel, String)> {
@@ -33,18 +49,29 @@ pub enum SendError {
     Delivery(#[source] anyhow::Error),
 }
 
-/// Sends a fresh link to every unverified address of `user`; returns how many.
+/// Sends a fresh link to every unverified address of `user` that has not had
+/// too many lately (the limits hold across instances: the store counts).
 #[tracing::instrument(skip_all, fields(user_id = %user.id))]
 pub async fn send_links(
     store: &dyn Store,
     mailer: &Mailer,
     public_origin: &str,
     user: &User,
-) -> Result<usize, SendError> {
-    let contacts = unverified_contacts(user);
-    for (channel, address) in &contacts {
-        let token = format!("{PREFIX}{}", credentials::random_hex(32));
+) -> Result<Sent, SendError> {
+    let limits = SendLimits {
+        min_gap: crate::oauth::tokens::micros(SEND_GAP),
+        window: crate::oauth::tokens::micros(SEND_WINDOW),
+        per_window: SENDS_PER_DAY,
+    };
+    let mut outcome = Sent::default();
+    for (channel, address) in &unverified_contacts(user) {
         let now = now_micros();
+        let key = format!("{}:{}", channel.as_str(), address.to_lowercase());
+        if let Err(next) = store.reserve_verification_send(&key, now, limits).await? {
+            outcome.held.push((address.clone(), next));
+            continue;
+        }
+        let token = format!("{PREFIX}{}", credentials::random_hex(32));
         store
             .insert_verification(&NewVerification {
                 digest: credentials::digest(&token),
@@ -60,8 +87,9 @@ pub async fn send_links(
             .send_verification(*channel, address, &user.username, &link)
             .await
             .map_err(SendError::Delivery)?;
+        outcome.sent += 1;
     }
-    Ok(contacts.len())
+    Ok(outcome)
 }
 
 /// Spends a link. `Some(user)` when it verified an address: payments waiting

@@ -21,7 +21,7 @@ pub enum AppDetailsError {
     Description,
     #[error(transparent)]
     RedirectUrl(#[from] RedirectUrlError),
-    #[error("site URL must be a host, host:port or http(s) URL of at most 200 characters")]
+    #[error("site URL must be an http(s) URL or a host name of at most 200 characters")]
     SiteUrl,
 }
 
@@ -54,19 +54,24 @@ impl AppDetails {
     }
 }
 
-/// A site is a domain, `host:port` or an http(s) URL.
+/// A site is an absolute http(s) URL; a bare host (or `host:port`) is read as
+/// `https://` and it, and kept so. Any other scheme (`javascript:`, `data:`,
+/// `ftp:`) is refused: the pages show the Site URL as a link.
 fn parse_site_url(site: &str) -> Option<String> {
     if site.chars().count() > 200 {
         return None;
     }
-    let as_url = if site.contains("://") {
+    let absolute = if site.contains("://") {
         site.to_owned()
     } else {
-        format!("http://{site}")
+        format!("https://{site}")
     };
-    let url = url::Url::parse(&as_url).ok()?;
-    let ok = matches!(url.scheme(), "http" | "https") && url.host_str().is_some();
-    ok.then(|| site.to_owned())
+    let url = url::Url::parse(&absolute).ok()?;
+    let ok = matches!(url.scheme(), "http" | "https")
+        && url.host_str().is_some_and(|h| !h.is_empty())
+        && url.username().is_empty()
+        && url.password().is_none();
+    ok.then_some(absolute)
 }
 
 #[derive(Debug, thiserror::Error)]

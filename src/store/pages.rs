@@ -60,6 +60,38 @@ pub struct PersonalToken {
     pub expires_at: i64,
 }
 
+/// The limits on verification links per address, in microseconds.
+#[derive(Debug, Clone, Copy)]
+pub struct SendLimits {
+    /// At most one send within this span.
+    pub min_gap: i64,
+    /// At most `per_window` sends within this span.
+    pub window: i64,
+    pub per_window: i64,
+}
+
+/// Rows older than these moments (microseconds) are no longer needed: the
+/// retention worker deletes them (SPEC §9).
+#[derive(Debug, Clone, Copy)]
+pub struct Retention {
+    /// Codes that expired or were used before this.
+    pub codes_before: i64,
+    /// Sign-in failures recorded before this.
+    pub signin_failures_before: i64,
+    /// Idempotency keys taken before this.
+    pub idempotency_keys_before: i64,
+    /// Tokens that expired or were revoked before this.
+    pub tokens_before: i64,
+    /// Ended-session records whose cookie expired before this.
+    pub ended_sessions_before: i64,
+    /// Verification links that expired before this.
+    pub verification_links_before: i64,
+    /// Unshown secrets kept since before this.
+    pub reveals_before: i64,
+    /// Verification sends made before this.
+    pub verification_sends_before: i64,
+}
+
 #[async_trait]
 pub trait PagesStore: Send + Sync {
     async fn insert_verification(&self, link: &NewVerification) -> Result<(), StoreError>;
@@ -141,6 +173,36 @@ pub trait PagesStore: Send + Sync {
         client_id: &str,
         digest: &str,
     ) -> Result<bool, StoreError>;
+
+    /// Keeps a sealed secret of `user_id` for its single showing.
+    async fn insert_reveal(
+        &self,
+        id: &str,
+        user_id: &str,
+        sealed: &str,
+        now: i64,
+    ) -> Result<(), StoreError>;
+    /// Takes the sealed secret out (it is deleted: a second call finds nothing),
+    /// if it is `user_id`'s and was kept at or after `not_before`.
+    async fn take_reveal(
+        &self,
+        id: &str,
+        user_id: &str,
+        not_before: i64,
+    ) -> Result<Option<String>, StoreError>;
+
+    /// Records a verification send to `address` at `now` if `limits` allow it;
+    /// otherwise `Err(moment)`, the first moment a send is allowed again.
+    /// Atomic across instances: racing callers cannot both pass a limit.
+    async fn reserve_verification_send(
+        &self,
+        address: &str,
+        now: i64,
+        limits: SendLimits,
+    ) -> Result<Result<(), i64>, StoreError>;
+
+    /// Deletes every row the retention rules no longer need; how many.
+    async fn purge(&self, retention: &Retention) -> Result<u64, StoreError>;
 }
 
 macro_rules! impl_pages_store {
@@ -487,6 +549,134 @@ macro_rules! impl_pages_store {
                 tx.commit().await?;
                 self.revocations.bump();
                 Ok(done)
+            }
+
+            #[tracing::instrument(skip_all)]
+            async fn insert_reveal(
+                &self,
+                id: &str,
+                user_id: &str,
+                sealed: &str,
+                now: i64,
+            ) -> Result<(), StoreError> {
+                let mut tx = self.write().await?;
+                sqlx::query(
+                    "INSERT INTO secret_reveals (id, user_id, sealed, created_at) \
+                     VALUES ($1, $2, $3, $4)",
+                )
+                .bind(id)
+                .bind(user_id)
+                .bind(sealed)
+                .bind(now)
+                .execute(&mut *tx)
+                .await?;
+                tx.commit().await?;
+                Ok(())
+            }
+
+            #[tracing::instrument(skip_all)]
+            async fn take_reveal(
+                &self,
+                id: &str,
+                user_id: &str,
+                not_before: i64,
+            ) -> Result<Option<String>, StoreError> {
+                let mut tx = self.write().await?;
+                // One statement: of two racing showings, one gets the row.
+                let sealed: Option<(String, i64)> = sqlx::query_as(
+                    "DELETE FROM secret_reveals WHERE id = $1 AND user_id = $2 \
+                     RETURNING sealed, created_at",
+                )
+                .bind(id)
+                .bind(user_id)
+                .fetch_optional(&mut *tx)
+                .await?;
+                tx.commit().await?;
+                Ok(sealed.and_then(|(sealed, at)| (at >= not_before).then_some(sealed)))
+            }
+
+            #[tracing::instrument(skip_all)]
+            async fn reserve_verification_send(
+                &self,
+                address: &str,
+                now: i64,
+                limits: $crate::store::SendLimits,
+            ) -> Result<Result<(), i64>, StoreError> {
+                let mut tx = self.write().await?;
+                sqlx::query(KEY_LOCK)
+                    .bind(format!("verification-send:{address}"))
+                    .execute(&mut *tx)
+                    .await?;
+                let (count, first, last): (i64, Option<i64>, Option<i64>) = sqlx::query_as(
+                    "SELECT COUNT(*), MIN(sent_at), MAX(sent_at) FROM verification_sends \
+                     WHERE address = $1 AND sent_at > $2",
+                )
+                .bind(address)
+                .bind(now.saturating_sub(limits.window))
+                .fetch_one(&mut *tx)
+                .await?;
+                let refused = match (first, last) {
+                    (_, Some(last)) if last > now.saturating_sub(limits.min_gap) => {
+                        Some(last.saturating_add(limits.min_gap))
+                    }
+                    (Some(first), _) if count >= limits.per_window => {
+                        Some(first.saturating_add(limits.window))
+                    }
+                    _ => None,
+                };
+                if let Some(moment) = refused {
+                    tx.commit().await?;
+                    return Ok(Err(moment));
+                }
+                sqlx::query("INSERT INTO verification_sends (address, sent_at) VALUES ($1, $2)")
+                    .bind(address)
+                    .bind(now)
+                    .execute(&mut *tx)
+                    .await?;
+                tx.commit().await?;
+                Ok(Ok(()))
+            }
+
+            #[tracing::instrument(skip_all)]
+            async fn purge(&self, r: &$crate::store::Retention) -> Result<u64, StoreError> {
+                // Nothing references codes, tokens or the other rows deleted
+                // here (grants stay, and payments do not point at their keys).
+                let statements: [(&str, i64); 10] = [
+                    ("DELETE FROM oauth_codes WHERE expires_at < $1", r.codes_before),
+                    ("DELETE FROM oauth_codes WHERE used_at < $1", r.codes_before),
+                    ("DELETE FROM oauth_tokens WHERE expires_at < $1", r.tokens_before),
+                    ("DELETE FROM oauth_tokens WHERE revoked_at < $1", r.tokens_before),
+                    ("DELETE FROM signin_failures WHERE at < $1", r.signin_failures_before),
+                    (
+                        "DELETE FROM idempotency_keys WHERE created_at < $1",
+                        r.idempotency_keys_before,
+                    ),
+                    (
+                        "DELETE FROM ended_sessions WHERE expires_at < $1",
+                        r.ended_sessions_before,
+                    ),
+                    (
+                        "DELETE FROM verification_tokens WHERE expires_at < $1",
+                        r.verification_links_before,
+                    ),
+                    ("DELETE FROM secret_reveals WHERE created_at < $1", r.reveals_before),
+                    (
+                        "DELETE FROM verification_sends WHERE sent_at < $1",
+                        r.verification_sends_before,
+                    ),
+                ];
+                let mut deleted = 0;
+                // One short transaction per statement, so no lock is held long.
+                for (sql, before) in statements {
+                    let mut tx = self.write().await?;
+                    deleted += sqlx::query(sql)
+                        .bind(before)
+                        .execute(&mut *tx)
+                        .await?
+                        .rows_affected();
+                    tx.commit().await?;
+                }
+                Ok(deleted)
             }
         }
     };

@@ -1,7 +1,7 @@
 //! The account page: profile, verification, the apps the user authorized and
 //! the personal access tokens, each revocable.
 
-use super::forms::{self, sentence, FormState};
+use super::forms::{self, clean_path, sentence, FormState, PageForm};
 use super::signin::client_ip;
 use super::{page, see_other, session, PageError};
 use crate::accounts::{self, ChangeContactsError};
@@ -174,7 +174,6 @@ pub async fn show(state: web::Data<AppState>, session: Session) -> Result<HttpRe
 
 #[derive(Deserialize)]
 pub struct ProfileForm {
-    csrf_token: Option<String>,
     #[serde(default)]
     first_name: String,
     #[serde(default)]
@@ -187,10 +186,17 @@ pub async fn update_profile(
     req: HttpRequest,
     state: web::Data<AppState>,
     session: Session,
-    form: web::Form<ProfileForm>,
+    form: PageForm<ProfileForm>,
 ) -> Result<HttpResponse, PageError> {
-    session::check_form(&req, &state, &session, form.csrf_token.as_deref())?;
+    session::check_form(&req, &state, &session, form.csrf_token())?;
     let user = signed_in(&state, &session, "/account").await?;
+    let form = match form.into_checked() {
+        Ok(form) => form,
+        Err(refused) => {
+            forms::stash(&session, PROFILE_FORM, &refused);
+            return Ok(see_other("/account#profile", None));
+        }
+    };
     let mut refused = FormState::with_values(&[
         ("first_name", &form.first_name),
         ("last_name", &form.last_name),
@@ -226,7 +232,6 @@ pub async fn update_profile(
 
 #[derive(Deserialize)]
 pub struct ContactForm {
-    csrf_token: Option<String>,
     #[serde(default)]
     email: String,
     #[serde(default)]
@@ -243,10 +248,17 @@ pub async fn update_contacts(
     req: HttpRequest,
     state: web::Data<AppState>,
     session: Session,
-    form: web::Form<ContactForm>,
+    form: PageForm<ContactForm>,
 ) -> Result<HttpResponse, PageError> {
-    session::check_form(&req, &state, &session, form.csrf_token.as_deref())?;
+    session::check_form(&req, &state, &session, form.csrf_token())?;
     let user = signed_in(&state, &session, "/account").await?;
+    let form = match form.into_checked() {
+        Ok(form) => form,
+        Err(refused) => {
+            forms::stash(&session, CONTACT_FORM, &refused);
+            return Ok(see_other("/account#contact", None));
+        }
+    };
     let store = state.store.as_ref();
     let mut refused = FormState::with_values(&[("email", &form.email), ("phone", &form.phone)]);
     let email = Email::parse(&form.email).map_err(|e| {
@@ -320,8 +332,13 @@ pub async fn update_contacts(
     )
     .await
     {
-        Ok(0) => "Your e-mail address and phone number are saved.".to_owned(),
-        Ok(_) => "Saved. Follow the link we sent to verify the new address.".to_owned(),
+        Ok(sent) if sent.sent == 0 && sent.held.is_empty() => {
+            "Your e-mail address and phone number are saved.".to_owned()
+        }
+        Ok(sent) if sent.held.is_empty() => {
+            "Saved. Follow the link we sent to verify the new address.".to_owned()
+        }
+        Ok(sent) => format!("Saved. {}", super::signup::held_message(&sent.held)),
         Err(error) => {
             tracing::error!(error = ?error, "cannot send verification links");
             "Saved, but we could not send the verification link just now. \
@@ -340,11 +357,11 @@ pub async fn revoke_app(
     state: web::Data<AppState>,
     session: Session,
     path: web::Path<String>,
-    form: web::Form<CsrfForm>,
+    form: PageForm<CsrfForm>,
 ) -> Result<HttpResponse, PageError> {
-    session::check_form(&req, &state, &session, form.csrf_token.as_deref())?;
+    session::check_form(&req, &state, &session, form.csrf_token())?;
     let user = signed_in(&state, &session, "/account").await?;
-    let client_id = path.into_inner();
+    let client_id = clean_path(path.into_inner())?;
     let name = state
         .store
         .find_app(&client_id)
@@ -370,13 +387,13 @@ pub async fn revoke_token(
     state: web::Data<AppState>,
     session: Session,
     path: web::Path<String>,
-    form: web::Form<CsrfForm>,
+    form: PageForm<CsrfForm>,
 ) -> Result<HttpResponse, PageError> {
-    session::check_form(&req, &state, &session, form.csrf_token.as_deref())?;
+    session::check_form(&req, &state, &session, form.csrf_token())?;
     let user = signed_in(&state, &session, "/account").await?;
     let revoked = state
         .store
-        .revoke_personal_token(&user.id, &path.into_inner(), now_micros())
+        .revoke_personal_token(&user.id, &clean_path(path.into_inner())?, now_micros())
         .await?;
     session::flash(
         &session,

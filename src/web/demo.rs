@@ -3,7 +3,7 @@
 
 use super::{page, PageError};
 use actix_web::http::StatusCode;
-use actix_web::{web, HttpResponse};
+use actix_web::{HttpRequest, HttpResponse};
 use askama::Template;
 
 #[derive(Template)]
@@ -12,12 +12,7 @@ struct DemoCallback {
     params: Vec<(String, String)>,
 }
 
-pub async fn callback(query: web::Query<Vec<(String, String)>>) -> Result<HttpResponse, PageError> {
-    page(
-        StatusCode::OK,
-        &DemoCallback {
-            params: query.into_inner(),
-        },
-        None,
-    )
+pub async fn callback(req: HttpRequest) -> Result<HttpResponse, PageError> {
+    let params = super::forms::query_pairs(req.query_string())?;
+    page(StatusCode::OK, &DemoCallback { params }, None)
 }

@@ -2,7 +2,8 @@
 //! and personal access tokens for the user's own account.
 
 use super::account::{signed_in, when};
-use super::forms::{self, OnceSecret};
+use super::forms::{self, clean_path, PageForm};
+use super::reveal::{self, OnceSecret};
 use super::{page, see_other, session, PageError};
 use crate::config::DeveloperSignup;
 use crate::domain::{Scope, ScopeSet};
@@ -21,7 +22,7 @@ use serde::Deserialize;
 
 const NEW_APP_FORM: &str = "new_app";
 const EDIT_APP_FORM: &str = "edit_app";
-/// Whose secret a personal access token is, for `forms::take_secret`.
+/// Whose secret a personal access token is, for `reveal::take`.
 const PERSONAL_TOKEN: &str = "personal-token";
 
 /// SPEC §6: what a personal access token may do.
@@ -97,7 +98,7 @@ pub async fn show(state: web::Data<AppState>, session: Session) -> Result<HttpRe
             })
             .collect(),
         form: forms::take(&session, NEW_APP_FORM).unwrap_or_default(),
-        personal_token: forms::take_secret(&session, PERSONAL_TOKEN),
+        personal_token: reveal::take(&state, &session, &user.id, PERSONAL_TOKEN).await?,
         personal_scopes: PERSONAL_SCOPES
             .iter()
             .map(|s| (s.as_str(), s.description()))
@@ -110,7 +111,6 @@ pub async fn show(state: web::Data<AppState>, session: Session) -> Result<HttpRe
 
 #[derive(Deserialize)]
 pub struct AppForm {
-    csrf_token: Option<String>,
     #[serde(default)]
     name: String,
     #[serde(default)]
@@ -168,7 +168,7 @@ fn parse_app(form: &AppForm) -> Result<AppDetails, forms::FormState> {
                 3,
                 "site_url",
                 "",
-                "Site URL must be a host such as app.example.com or an http(s) address, at most 200 characters.".to_owned(),
+                "Site URL must be an http(s) address such as https://app.example.com (a bare host name such as app.example.com is read as https://app.example.com), at most 200 characters.".to_owned(),
             ),
         };
         state.error(field, message);
@@ -181,16 +181,16 @@ pub async fn create_app(
     req: HttpRequest,
     state: web::Data<AppState>,
     session: Session,
-    form: web::Form<AppForm>,
+    form: PageForm<AppForm>,
 ) -> Result<HttpResponse, PageError> {
-    session::check_form(&req, &state, &session, form.csrf_token.as_deref())?;
+    session::check_form(&req, &state, &session, form.csrf_token())?;
     let user = developer(&state, &session, "/developer").await?;
     if state.settings.developer_signup == DeveloperSignup::Closed {
         return Err(PageError::Forbidden(
             "Tally accepts no new apps at the moment. Apps that exist keep working.".to_owned(),
         ));
     }
-    let details = match parse_app(&form) {
+    let details = match form.parse_with(parse_app) {
         Ok(details) => details,
         Err(refused) => {
             forms::stash(&session, NEW_APP_FORM, &refused);
@@ -198,14 +198,15 @@ pub async fn create_app(
         }
     };
     let (app, secret) = clients::register(state.store.as_ref(), &user.id, &details).await?;
-    forms::show_once(
+    reveal::show_once(
+        &state,
         &session,
-        &OnceSecret {
-            label: "client secret".to_owned(),
-            value: secret.expose().to_owned(),
-            owner: app.client_id.clone(),
-        },
-    );
+        &user.id,
+        &app.client_id,
+        "client secret",
+        secret.expose(),
+    )
+    .await?;
     session::flash(&session, &format!("{} is registered.", app.name));
     Ok(see_other(&app_path(&app.client_id), None))
 }
@@ -242,7 +243,7 @@ pub async fn show_app(
     session: Session,
     path: web::Path<String>,
 ) -> Result<HttpResponse, PageError> {
-    let client_id = path.into_inner();
+    let client_id = clean_path(path.into_inner())?;
     let user = developer(&state, &session, &app_path(&client_id)).await?;
     let app = own_app(&state, &user, &client_id).await?;
     let form = forms::take(&session, EDIT_APP_FORM).unwrap_or_else(|| {
@@ -267,7 +268,7 @@ pub async fn show_app(
         username: user.username,
         notice: session::take_flash(&session),
         created: when(app.created_at),
-        secret: forms::take_secret(&session, &app.client_id),
+        secret: reveal::take(&state, &session, &user.id, &app.client_id).await?,
         form,
         authorize_example,
         app,
@@ -280,12 +281,12 @@ pub async fn update_app(
     state: web::Data<AppState>,
     session: Session,
     path: web::Path<String>,
-    form: web::Form<AppForm>,
+    form: PageForm<AppForm>,
 ) -> Result<HttpResponse, PageError> {
-    session::check_form(&req, &state, &session, form.csrf_token.as_deref())?;
-    let client_id = path.into_inner();
+    session::check_form(&req, &state, &session, form.csrf_token())?;
+    let client_id = clean_path(path.into_inner())?;
     let user = developer(&state, &session, &app_path(&client_id)).await?;
-    let details = match parse_app(&form) {
+    let details = match form.parse_with(parse_app) {
         Ok(details) => details,
         Err(refused) => {
             forms::stash(&session, EDIT_APP_FORM, &refused);
@@ -316,10 +317,10 @@ pub async fn rotate_secret(
     state: web::Data<AppState>,
     session: Session,
     path: web::Path<String>,
-    form: web::Form<CsrfForm>,
+    form: PageForm<CsrfForm>,
 ) -> Result<HttpResponse, PageError> {
-    session::check_form(&req, &state, &session, form.csrf_token.as_deref())?;
-    let client_id = path.into_inner();
+    session::check_form(&req, &state, &session, form.csrf_token())?;
+    let client_id = clean_path(path.into_inner())?;
     let user = developer(&state, &session, &app_path(&client_id)).await?;
     let secret = credentials::generate(CredentialKind::ClientSecret);
     let replaced = state
@@ -331,14 +332,15 @@ pub async fn rotate_secret(
             "There is no such app among yours.".to_owned(),
         ));
     }
-    forms::show_once(
+    reveal::show_once(
+        &state,
         &session,
-        &OnceSecret {
-            label: "new client secret".to_owned(),
-            value: secret.expose().to_owned(),
-            owner: client_id.clone(),
-        },
-    );
+        &user.id,
+        &client_id,
+        "new client secret",
+        secret.expose(),
+    )
+    .await?;
     session::flash(
         &session,
         "The client secret is replaced; the old one no longer works.",
@@ -351,20 +353,21 @@ pub async fn personal_token(
     req: HttpRequest,
     state: web::Data<AppState>,
     session: Session,
-    form: web::Form<CsrfForm>,
+    form: PageForm<CsrfForm>,
 ) -> Result<HttpResponse, PageError> {
-    session::check_form(&req, &state, &session, form.csrf_token.as_deref())?;
+    session::check_form(&req, &state, &session, form.csrf_token())?;
     let user = developer(&state, &session, "/developer").await?;
     let scopes = ScopeSet::from_scopes(PERSONAL_SCOPES);
     let token =
         tokens::issue_personal_access_token(state.store.as_ref(), &user.id, &scopes).await?;
-    forms::show_once(
+    reveal::show_once(
+        &state,
         &session,
-        &OnceSecret {
-            label: "personal access token".to_owned(),
-            value: token.secret.expose_secret().to_owned(),
-            owner: PERSONAL_TOKEN.to_owned(),
-        },
-    );
+        &user.id,
+        PERSONAL_TOKEN,
+        "personal access token",
+        token.secret.expose_secret(),
+    )
+    .await?;
     Ok(see_other("/developer#token", None))
 }

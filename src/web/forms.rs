@@ -1,15 +1,32 @@
 //! Post/Redirect/Get for forms: a refused form's values (never its passwords)
 //! and its error messages ride in the session to the page the 303 leads to, so
 //! every POST is answered with 303 and the person does not retype everything.
-//! Secrets shown once (a new client secret, a personal access token) travel the
-//! same way and are gone once shown.
+//!
+//! Every page form is read through [`PageForm`], which applies the rules every
+//! field shares before any handler sees it: at most [`MAX_FIELD_BYTES`] bytes,
+//! and no control characters (SPEC §2; tab and line breaks only in `note` and
+//! `about`). A field that breaks them makes the form come back with a message.
+//! Query strings of pages go through [`PageQuery`], path ids through
+//! [`clean_path`]: there a bad value is an error page.
 
+use super::PageError;
+use crate::domain::{has_forbidden_control, Lines};
 use actix_session::Session;
+use actix_web::dev::Payload;
+use actix_web::{web, FromRequest, HttpRequest};
+use futures_util::future::LocalBoxFuture;
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-/// The session cookie holds at most 4 KiB, so long inputs are cut when kept.
-const MAX_KEPT_CHARS: usize = 520;
+/// The most a page form field may hold, in bytes of UTF-8: room for the
+/// longest field (500 characters of about or App Description) in any script.
+pub const MAX_FIELD_BYTES: usize = 2048;
+
+/// The session cookie holds at most 4 KiB, so a refused form's values are
+/// cut when kept: each to this many bytes, and all of them to a budget.
+const MAX_KEPT_BYTES: usize = 520;
+const KEPT_BUDGET_BYTES: usize = 1000;
 
 #[derive(Debug, Default, Serialize, Deserialize)]
 pub struct FormState {
@@ -19,10 +36,27 @@ pub struct FormState {
 
 impl FormState {
     pub fn keep(&mut self, field: &str, value: &str) {
-        self.values.insert(
-            field.to_owned(),
-            value.chars().take(MAX_KEPT_CHARS).collect(),
-        );
+        self.values
+            .insert(field.to_owned(), cut(value, MAX_KEPT_BYTES).to_owned());
+    }
+
+    /// Empties the longest kept values until all of them fit the budget.
+    fn fit_budget(&mut self) {
+        let total = |values: &BTreeMap<String, String>| -> usize {
+            values.iter().map(|(k, v)| k.len() + v.len()).sum()
+        };
+        while total(&self.values) > KEPT_BUDGET_BYTES {
+            let Some(longest) = self
+                .values
+                .iter()
+                .filter(|(_, v)| !v.is_empty())
+                .max_by_key(|(_, v)| v.len())
+                .map(|(k, _)| k.clone())
+            else {
+                break;
+            };
+            self.values.insert(longest, String::new());
+        }
     }
 
     pub fn error(&mut self, field: &str, message: impl ToString) {
@@ -75,7 +109,24 @@ fn form_key(form: &str) -> String {
 
 /// Keeps a refused form for the next page.
 pub fn stash(session: &Session, form: &str, state: &FormState) {
-    let _ = session.insert(form_key(form), state);
+    let mut kept = FormState {
+        values: state.values.clone(),
+        errors: state.errors.clone(),
+    };
+    kept.fit_budget();
+    let _ = session.insert(form_key(form), &kept);
+}
+
+/// The longest start of `value` within `max` bytes, cut between characters.
+fn cut(value: &str, max: usize) -> &str {
+    if value.len() <= max {
+        return value;
+    }
+    let mut end = max;
+    while !value.is_char_boundary(end) {
+        end -= 1;
+    }
+    &value[..end]
 }
 
 /// The refused form kept for this page, if any; taken out of the session.
@@ -85,28 +136,189 @@ pub fn take(session: &Session, form: &str) -> Option<FormState> {
         .and_then(Result::ok)
 }
 
-/// A secret to show on the next page only.
-#[derive(Debug, Serialize, Deserialize)]
-pub struct OnceSecret {
-    /// What it is, e.g. "client secret of Splitter".
-    pub label: String,
-    pub value: String,
-    /// Whose it is: an app's client id, or "token" for a personal access token.
-    pub owner: String,
-}
-
-const SECRET: &str = "once_secret";
-
-pub fn show_once(session: &Session, secret: &OnceSecret) {
-    let _ = session.insert(SECRET, secret);
-}
-
-/// The secret kept for the page of `owner`, taken out of the session.
-pub fn take_secret(session: &Session, owner: &str) -> Option<OnceSecret> {
-    let secret = session.get::<OnceSecret>(SECRET).ok().flatten()?;
-    if secret.owner != owner {
-        return None;
+/// Which fields may hold tabs and line breaks (SPEC §2).
+fn lines_of(field: &str) -> Lines {
+    match field {
+        "note" | "about" => Lines::Multi,
+        _ => Lines::Single,
     }
-    session.remove(SECRET);
-    Some(secret)
+}
+
+/// Fields whose values are never kept or shown again.
+fn is_secret(field: &str) -> bool {
+    field == "csrf_token" || field.contains("password")
+}
+
+/// A field's name as the page labels it, for messages.
+fn label(field: &str) -> &str {
+    match field {
+        "username" => "Username",
+        "first_name" => "First name",
+        "last_name" => "Last name",
+        "email" => "E-mail address",
+        "phone" => "Phone number",
+        "password" | "password_confirm" => "Password",
+        "about" => "About",
+        "name" => "App Name",
+        "description" => "App Description",
+        "redirect_url" => "Web Redirect URL",
+        "site_url" => "Site URL",
+        "to" => "To",
+        "amount" => "Amount",
+        "note" => "Note",
+        "audience" => "Who can see it",
+        "kind" => "Pay or request",
+        "token" => "The verification link",
+        "return_to" => "The page to return to",
+        _ => "A field",
+    }
+}
+
+/// The message for a value that breaks the rules every field shares.
+fn refusal(field: &str, value: &str) -> Option<String> {
+    if value.len() > MAX_FIELD_BYTES {
+        return Some(format!(
+            "{} is too long: at most {MAX_FIELD_BYTES} bytes.",
+            label(field)
+        ));
+    }
+    if has_forbidden_control(value, lines_of(field)) {
+        return Some(format!(
+            "{} holds a control character (such as NUL{}), which is not accepted.",
+            label(field),
+            if lines_of(field) == Lines::Single {
+                ", a tab or a line break"
+            } else {
+                ""
+            }
+        ));
+    }
+    None
+}
+
+/// A page form, read as its fields: either the form `T`, or (when a field
+/// breaks the shared rules) the form to show again with a message on it.
+pub struct PageForm<T> {
+    csrf_token: Option<String>,
+    checked: Result<T, FormState>,
+}
+
+impl<T> PageForm<T> {
+    /// The CSRF token the form carried, checked before anything else.
+    pub fn csrf_token(&self) -> Option<&str> {
+        self.csrf_token.as_deref()
+    }
+
+    pub fn into_checked(self) -> Result<T, FormState> {
+        self.checked
+    }
+
+    /// The form parsed by `parse`, or the form to show again.
+    pub fn parse_with<U>(
+        self,
+        parse: impl FnOnce(&T) -> Result<U, FormState>,
+    ) -> Result<U, FormState> {
+        self.checked.and_then(|form| parse(&form))
+    }
+}
+
+impl<T: DeserializeOwned> PageForm<T> {
+    fn check(pairs: Vec<(String, String)>) -> Result<Self, PageError> {
+        let csrf_token = pairs
+            .iter()
+            .find(|(name, _)| name == "csrf_token")
+            .map(|(_, value)| value.clone());
+        let mut refused = FormState::default();
+        let mut fields = serde_json::Map::new();
+        for (name, value) in pairs {
+            // Names no form has are ignored, as serde ignores them.
+            if name.len() > 64 || has_forbidden_control(&name, Lines::Single) {
+                continue;
+            }
+            let problem = refusal(&name, &value);
+            if !is_secret(&name) {
+                let shown: String = value.chars().filter(|c| !c.is_control()).collect();
+                refused.keep(&name, &shown);
+            }
+            if let Some(message) = problem {
+                refused.error(&name, message);
+            }
+            fields
+                .entry(name)
+                .or_insert(serde_json::Value::String(value));
+        }
+        if refused.has_errors() {
+            return Ok(Self {
+                csrf_token,
+                checked: Err(refused),
+            });
+        }
+        let form = serde_json::from_value(serde_json::Value::Object(fields))
+            .map_err(|e| PageError::BadRequest(format!("the form cannot be read: {e}")))?;
+        Ok(Self {
+            csrf_token,
+            checked: Ok(form),
+        })
+    }
+}
+
+impl<T: DeserializeOwned + 'static> FromRequest for PageForm<T> {
+    type Error = actix_web::Error;
+    type Future = LocalBoxFuture<'static, Result<Self, Self::Error>>;
+
+    fn from_request(req: &HttpRequest, payload: &mut Payload) -> Self::Future {
+        // Read with the pages' form settings (size limit, error pages).
+        let fields = web::Form::<Vec<(String, String)>>::from_request(req, payload);
+        Box::pin(async move {
+            let pairs = fields.await?.into_inner();
+            Ok(Self::check(pairs)?)
+        })
+    }
+}
+
+/// A page's query string, every parameter checked like a form field; a bad
+/// one is an error page (there is no form to show it on).
+pub struct PageQuery<T>(pub T);
+
+impl<T: DeserializeOwned + 'static> FromRequest for PageQuery<T> {
+    type Error = actix_web::Error;
+    type Future = std::future::Ready<Result<Self, Self::Error>>;
+
+    fn from_request(req: &HttpRequest, _payload: &mut Payload) -> Self::Future {
+        std::future::ready(Self::parse(req.query_string()).map_err(Into::into))
+    }
+}
+
+impl<T: DeserializeOwned> PageQuery<T> {
+    fn parse(query: &str) -> Result<Self, PageError> {
+        let mut fields = serde_json::Map::new();
+        for (name, value) in query_pairs(query)? {
+            fields
+                .entry(name)
+                .or_insert(serde_json::Value::String(value));
+        }
+        serde_json::from_value(serde_json::Value::Object(fields))
+            .map(Self)
+            .map_err(|e| PageError::BadRequest(format!("the address cannot be read: {e}")))
+    }
+}
+
+/// A query string's parameters as pairs, each checked like a form field.
+pub fn query_pairs(query: &str) -> Result<Vec<(String, String)>, PageError> {
+    url::form_urlencoded::parse(query.as_bytes())
+        .map(|(name, value)| match refusal(&name, &value) {
+            Some(message) => Err(PageError::BadRequest(message)),
+            None => Ok((name.into_owned(), value.into_owned())),
+        })
+        .collect()
+}
+
+/// An id from a page's path, checked like a form field; an error page if bad.
+pub fn clean_path(value: String) -> Result<String, PageError> {
+    match refusal("id", &value) {
+        Some(_) => Err(PageError::NotFound(
+            "There is no page at this address.".to_owned(),
+        )),
+        None => Ok(value),
+    }
 }

@@ -8,6 +8,7 @@ pub mod demo;
 pub mod developer;
 pub mod forms;
 pub mod payments;
+pub mod reveal;
 pub mod session;
 pub mod signin;
 pub mod signup;

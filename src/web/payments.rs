@@ -3,7 +3,7 @@
 //! as the API; these payments carry `medium: web`.
 
 use super::account::{signed_in, when};
-use super::forms::{self, sentence, FormState};
+use super::forms::{self, clean_path, sentence, FormState, PageForm};
 use super::{see_other, session, PageError};
 use crate::domain::{
     now_micros, Amount, Audience, Email, Medium, Money, Note, PaymentAction, PaymentStatus, Phone,
@@ -98,7 +98,6 @@ fn row(p: &Payment, me: &str, names: &HashMap<String, String>) -> PaymentRow {
 
 #[derive(Deserialize)]
 pub struct PayForm {
-    csrf_token: Option<String>,
     #[serde(default)]
     to: String,
     #[serde(default)]
@@ -140,10 +139,17 @@ pub async fn send(
     req: HttpRequest,
     state: web::Data<AppState>,
     session: Session,
-    form: web::Form<PayForm>,
+    form: PageForm<PayForm>,
 ) -> Result<HttpResponse, PageError> {
-    session::check_form(&req, &state, &session, form.csrf_token.as_deref())?;
+    session::check_form(&req, &state, &session, form.csrf_token())?;
     let user = signed_in(&state, &session, "/account").await?;
+    let form = match form.into_checked() {
+        Ok(form) => form,
+        Err(refused) => {
+            forms::stash(&session, PAY_FORM, &refused);
+            return Ok(see_other("/account#pay", None));
+        }
+    };
     let store = state.store.as_ref();
     let mut refused = FormState::with_values(&[
         ("to", &form.to),
@@ -221,7 +227,6 @@ pub async fn send(
 
 #[derive(Deserialize)]
 pub struct AnswerForm {
-    csrf_token: Option<String>,
     #[serde(default)]
     action: String,
 }
@@ -232,37 +237,46 @@ pub async fn answer(
     state: web::Data<AppState>,
     session: Session,
     path: web::Path<String>,
-    form: web::Form<AnswerForm>,
+    form: PageForm<AnswerForm>,
 ) -> Result<HttpResponse, PageError> {
-    session::check_form(&req, &state, &session, form.csrf_token.as_deref())?;
+    session::check_form(&req, &state, &session, form.csrf_token())?;
     let user = signed_in(&state, &session, "/account").await?;
-    let Some(update) = Update::parse(&form.action) else {
+    let payment_id = clean_path(path.into_inner())?;
+    let action = form.into_checked().map(|f| f.action).unwrap_or_default();
+    let Some(update) = Update::parse(&action) else {
         return Err(PageError::BadRequest(
             "The action must be approve, deny or cancel.".to_owned(),
         ));
     };
-    let message =
-        match rules::update(state.store.as_ref(), &user, &path, update, now_micros()).await {
-            Ok(updated) => match updated.payment.status.as_str() {
-                "settled" => "The request is paid.".to_owned(),
-                "failed" => {
-                    "The request could not be paid: its sender's account is suspended.".to_owned()
-                }
-                _ if updated.refund.is_some() => "Cancelled; the money is back.".to_owned(),
-                _ => "Cancelled.".to_owned(),
-            },
-            Err(error) => match error {
-                rules::UpdateError::NotFound => {
-                    return Err(PageError::NotFound("There is no such payment.".to_owned()))
-                }
-                rules::UpdateError::InvalidState => "That payment is no longer pending.".to_owned(),
-                rules::UpdateError::NotAllowed(why) => sentence(why),
-                rules::UpdateError::InsufficientFunds => {
-                    "Your balance does not cover this request.".to_owned()
-                }
-                rules::UpdateError::Store(e) => return Err(e.into()),
-            },
-        };
+    let message = match rules::update(
+        state.store.as_ref(),
+        &user,
+        &payment_id,
+        update,
+        now_micros(),
+    )
+    .await
+    {
+        Ok(updated) => match updated.payment.status.as_str() {
+            "settled" => "The request is paid.".to_owned(),
+            "failed" => {
+                "The request could not be paid: its sender's account is suspended.".to_owned()
+            }
+            _ if updated.refund.is_some() => "Cancelled; the money is back.".to_owned(),
+            _ => "Cancelled.".to_owned(),
+        },
+        Err(error) => match error {
+            rules::UpdateError::NotFound => {
+                return Err(PageError::NotFound("There is no such payment.".to_owned()))
+            }
+            rules::UpdateError::InvalidState => "That payment is no longer pending.".to_owned(),
+            rules::UpdateError::NotAllowed(why) => sentence(why),
+            rules::UpdateError::InsufficientFunds => {
+                "Your balance does not cover this request.".to_owned()
+            }
+            rules::UpdateError::Store(e) => return Err(e.into()),
+        },
+    };
     session::flash(&session, &message);
     Ok(see_other("/account#payments", None))
 }

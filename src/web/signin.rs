@@ -1,5 +1,6 @@
 //! Signing in and out.
 
+use super::forms::{PageForm, PageQuery};
 use super::session::CsrfForm;
 use super::session::{self, safe_return_to};
 use super::{page, see_other, PageError};
@@ -31,7 +32,7 @@ pub struct ReturnTo {
 pub async fn show(
     state: web::Data<AppState>,
     session: Session,
-    query: web::Query<ReturnTo>,
+    PageQuery(query): PageQuery<ReturnTo>,
 ) -> Result<HttpResponse, PageError> {
     let return_to = safe_return_to(query.return_to.as_deref());
     if session::current_user(&state, &session).await?.is_some() {
@@ -59,7 +60,6 @@ pub fn sign_in_page(
 pub struct SignInForm {
     username: String,
     password: String,
-    csrf_token: Option<String>,
     return_to: Option<String>,
 }
 
@@ -67,9 +67,26 @@ pub async fn submit(
     req: HttpRequest,
     state: web::Data<AppState>,
     session: Session,
-    form: web::Form<SignInForm>,
+    form: PageForm<SignInForm>,
 ) -> Result<HttpResponse, PageError> {
-    session::check_form(&req, &state, &session, form.csrf_token.as_deref())?;
+    session::check_form(&req, &state, &session, form.csrf_token())?;
+    let form = match form.into_checked() {
+        Ok(form) => form,
+        Err(refused) => {
+            let message = refused.messages().join(" ");
+            session::flash(&session, &message);
+            let back = format!(
+                "/signin?{}",
+                url::form_urlencoded::Serializer::new(String::new())
+                    .append_pair(
+                        "return_to",
+                        &safe_return_to(Some(refused.value("return_to")))
+                    )
+                    .finish()
+            );
+            return Ok(see_other(&back, None));
+        }
+    };
     // The OAuth endpoints' per-address request limit holds here too: every
     // attempt costs a password hash.
     if let Err(wait) = state.rate_limits.check_oauth(client_ip(&req)) {
@@ -122,11 +139,16 @@ pub async fn submit(
     Ok(see_other(&return_to, None))
 }
 
-/// Accounts sign in with their username, e-mail address or phone number.
+/// Accounts sign in with their username, or an e-mail address or phone number
+/// they have verified: an unverified address may be anyone's (it is unique
+/// only once verified), so it is treated as unknown.
 async fn find_account(store: &dyn Store, identifier: &str) -> Result<Option<User>, StoreError> {
     if identifier.contains('@') {
         return match Email::parse(identifier) {
-            Ok(email) => store.find_user(UserKey::Email(email.as_str())).await,
+            Ok(email) => Ok(store
+                .find_user(UserKey::Email(email.as_str()))
+                .await?
+                .filter(|u| u.email_verified)),
             Err(_) => Ok(None),
         };
     }
@@ -136,7 +158,10 @@ async fn find_account(store: &dyn Store, identifier: &str) -> Result<Option<User
         }
     }
     match Phone::parse(identifier) {
-        Ok(phone) => store.find_user(UserKey::Phone(phone.as_str())).await,
+        Ok(phone) => Ok(store
+            .find_user(UserKey::Phone(phone.as_str()))
+            .await?
+            .filter(|u| u.phone_verified)),
         Err(_) => Ok(None),
     }
 }
@@ -164,9 +189,9 @@ pub async fn sign_out(
     req: HttpRequest,
     state: web::Data<AppState>,
     session: Session,
-    form: web::Form<CsrfForm>,
+    form: PageForm<CsrfForm>,
 ) -> Result<HttpResponse, PageError> {
-    session::check_form(&req, &state, &session, form.csrf_token.as_deref())?;
+    session::check_form(&req, &state, &session, form.csrf_token())?;
     session::sign_out(&state, &session).await?;
     Ok(see_other("/signin", None))
 }

@@ -1,6 +1,6 @@
 //! Signing up, and the verification links that follow.
 
-use super::forms::{self, sentence, FormState};
+use super::forms::{self, sentence, FormState, PageForm, PageQuery};
 use super::session;
 use super::signin::client_ip;
 use super::{page, see_other, PageError};
@@ -36,7 +36,6 @@ pub async fn show(state: web::Data<AppState>, session: Session) -> Result<HttpRe
 
 #[derive(Deserialize)]
 pub struct SignUpForm {
-    csrf_token: Option<String>,
     #[serde(default)]
     username: String,
     #[serde(default)]
@@ -134,15 +133,22 @@ pub async fn submit(
     req: HttpRequest,
     state: web::Data<AppState>,
     session: Session,
-    form: web::Form<SignUpForm>,
+    form: PageForm<SignUpForm>,
 ) -> Result<HttpResponse, PageError> {
-    session::check_form(&req, &state, &session, form.csrf_token.as_deref())?;
+    session::check_form(&req, &state, &session, form.csrf_token())?;
     // Each sign-up costs a password hash and a message: bounded per address.
     if let Err(wait) = state.rate_limits.check_oauth(client_ip(&req)) {
         return Err(PageError::TooManyRequests {
             retry_after_secs: wait.as_secs() + 1,
         });
     }
+    let form = match form.into_checked() {
+        Ok(form) => form,
+        Err(refused) => {
+            forms::stash(&session, FORM, &refused);
+            return Ok(see_other("/signup", None));
+        }
+    };
     let account = match parse(&form) {
         Ok(account) => account,
         Err(refused) => {
@@ -184,10 +190,11 @@ pub async fn submit(
     )
     .await
     {
-        Ok(_) => format!(
+        Ok(sent) if sent.sent > 0 => format!(
             "Welcome to Tally! We sent a verification link to {}. Open it to verify your account.",
             user.email.as_deref().unwrap_or("your address")
         ),
+        Ok(sent) => format!("Welcome to Tally! {}", held_message(&sent.held)),
         Err(error) => {
             tracing::error!(error = ?error, "cannot send verification links");
             "Welcome to Tally! We could not send your verification link just now; use \"Send the link again\" below.".to_owned()
@@ -216,7 +223,7 @@ struct VerifyPage {
 pub async fn verify_page(
     state: web::Data<AppState>,
     session: Session,
-    query: web::Query<TokenQuery>,
+    PageQuery(query): PageQuery<TokenQuery>,
 ) -> Result<HttpResponse, PageError> {
     let outcome = match session::take_flash(&session).as_deref() {
         Some("verified") => Some(true),
@@ -234,7 +241,6 @@ pub async fn verify_page(
 
 #[derive(Deserialize)]
 pub struct VerifyForm {
-    csrf_token: Option<String>,
     #[serde(default)]
     token: String,
 }
@@ -243,10 +249,15 @@ pub async fn verify(
     req: HttpRequest,
     state: web::Data<AppState>,
     session: Session,
-    form: web::Form<VerifyForm>,
+    form: PageForm<VerifyForm>,
 ) -> Result<HttpResponse, PageError> {
-    session::check_form(&req, &state, &session, form.csrf_token.as_deref())?;
-    let verified = verification::verify(state.store.as_ref(), &state.settings, &form.token).await?;
+    session::check_form(&req, &state, &session, form.csrf_token())?;
+    let verified = match form.into_checked() {
+        Ok(form) => {
+            verification::verify(state.store.as_ref(), &state.settings, &form.token).await?
+        }
+        Err(_) => None,
+    };
     session::flash(
         &session,
         if verified.is_some() {
@@ -258,9 +269,27 @@ pub async fn verify(
     Ok(see_other("/verify", None))
 }
 
-#[derive(Deserialize)]
-pub struct CsrfOnly {
-    csrf_token: Option<String>,
+/// What to tell about addresses that had too many links lately: when each
+/// can have another.
+pub fn held_message(held: &[(String, i64)]) -> String {
+    let now = crate::domain::now_micros();
+    held.iter()
+        .map(|(address, next)| {
+            let at = chrono::DateTime::<chrono::Utc>::from_timestamp_micros(*next)
+                .map(|t| t.format("%Y-%m-%d %H:%M:%S UTC").to_string())
+                .unwrap_or_default();
+            let seconds = (next.saturating_sub(now) + 999_999) / 1_000_000;
+            format!(
+                "A link to {address} was sent a moment ago or too often today (at most one a \
+                 minute and ten a day), so none was sent now: you can ask for another at {at} \
+                 (in {}).",
+                humantime::format_duration(std::time::Duration::from_secs(
+                    u64::try_from(seconds).unwrap_or(0)
+                ))
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// Sends the signed-in user's verification links again.
@@ -268,9 +297,9 @@ pub async fn resend(
     req: HttpRequest,
     state: web::Data<AppState>,
     session: Session,
-    form: web::Form<CsrfOnly>,
+    form: PageForm<session::CsrfForm>,
 ) -> Result<HttpResponse, PageError> {
-    session::check_form(&req, &state, &session, form.csrf_token.as_deref())?;
+    session::check_form(&req, &state, &session, form.csrf_token())?;
     let Some(user) = session::current_user(&state, &session).await? else {
         return Ok(see_other("/signin?return_to=%2Faccount", None));
     };
@@ -287,8 +316,15 @@ pub async fn resend(
     )
     .await
     {
-        Ok(0) => "Your account is already verified.".to_owned(),
-        Ok(_) => "We sent a new verification link.".to_owned(),
+        Ok(sent) if sent.sent == 0 && sent.held.is_empty() => {
+            "Your account is already verified.".to_owned()
+        }
+        Ok(sent) if sent.held.is_empty() => "We sent a new verification link.".to_owned(),
+        Ok(sent) if sent.sent == 0 => held_message(&sent.held),
+        Ok(sent) => format!(
+            "We sent a new verification link. {}",
+            held_message(&sent.held)
+        ),
         Err(error) => {
             tracing::error!(error = ?error, "cannot send verification links");
             "We could not send the link just now. Try again later.".to_owned()

@@ -16,6 +16,7 @@ mod health;
 mod oauth;
 mod openapi;
 mod pages;
+mod pages_hardening;
 mod payments_api;
 mod real_browser;
 mod signin_load;

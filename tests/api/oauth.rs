@@ -1397,6 +1397,8 @@ async fn people_sign_in_with_their_username_email_or_phone(backend: Backend) {
             password: PASSWORD.to_owned(),
             email: Some("ann@example.com".to_owned()),
             phone: Some("(212) 555-0187".to_owned()),
+            // Addresses sign in only once verified.
+            verified: true,
             ..Default::default()
         },
     )
