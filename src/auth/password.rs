@@ -16,9 +16,10 @@ fn params() -> Params {
     Params::new(19 * 1024, 2, 1, None).unwrap_or_default()
 }
 
-/// How much nicer than the API the hashing threads are (Linux nice value): the
-/// scheduler then gives them about a tenth of a core the API also wants.
-const HASHING_NICENESS: i32 = 10;
+/// How much nicer than the API the hashing threads are (Linux nice value, the
+/// most there is): they get the CPU the API leaves (about 1.5% of a core the
+/// API also wants), so a busy API slows sign-ins, never the reverse.
+const HASHING_NICENESS: i32 = 19;
 
 /// A real hash of a random password, checked when the user is unknown so that
 /// the answer takes as long as for a known user.
