@@ -125,9 +125,13 @@ impl Application {
                         ),
                     ))
                     .build();
+            // Middleware registered last runs first: the access log sees the
+            // request as sent (a HEAD stays HEAD in the log), and `/metrics`,
+            // which the metrics middleware answers itself, is behind the HEAD rule.
             App::new()
                 .wrap(sessions)
                 .wrap(metrics.clone())
+                .wrap(from_fn(head_as_get))
                 .wrap(from_fn(telemetry::access_log))
                 .app_data(state.clone())
                 .app_data(web::PayloadConfig::new(MAX_BODY_BYTES))
@@ -178,6 +182,7 @@ fn routes(cfg: &mut web::ServiceConfig) {
         .configure(pages::configure)
         .service(
             web::scope("/v1")
+                .wrap(from_fn(api::no_store))
                 .service(
                     web::scope("/oauth")
                         .wrap(from_fn(oauth_rate_limit))
@@ -187,6 +192,20 @@ fn routes(cfg: &mut web::ServiceConfig) {
                 .configure(api::configure)
                 .default_service(web::to(api::not_found)),
         );
+}
+
+/// Every GET route also answers HEAD (RFC 9110 §9.1, SPEC §2): the request is
+/// routed as a GET, so status and headers are the GET's, and the HTTP layer,
+/// which noted the method when it read the request, sends no body. One rule for
+/// every route, pages and `/metrics` included, instead of a HEAD route each.
+async fn head_as_get(
+    mut req: actix_web::dev::ServiceRequest,
+    next: actix_web::middleware::Next<impl actix_web::body::MessageBody + 'static>,
+) -> Result<actix_web::dev::ServiceResponse<impl actix_web::body::MessageBody>, actix_web::Error> {
+    if req.method() == actix_web::http::Method::HEAD {
+        req.head_mut().method = actix_web::http::Method::GET;
+    }
+    next.call(req).await
 }
 
 /// Per-client-IP limit on the OAuth endpoints (SPEC §9).

@@ -65,11 +65,11 @@ pub async fn access_log(
     let started = Instant::now();
     let method = req.method().clone();
     let target = redact_target(req.path(), req.query_string());
+    // The connection's own address, as throttling uses: a client can write any
+    // `Forwarded` or `X-Forwarded-For` header it likes (SPEC §9).
     let peer = req
-        .connection_info()
-        .realip_remote_addr()
-        .unwrap_or("-")
-        .to_owned();
+        .peer_addr()
+        .map_or_else(|| "-".to_owned(), |addr| addr.ip().to_string());
     let response = next.call(req).await;
     let status = match &response {
         Ok(res) => res.status().as_u16(),

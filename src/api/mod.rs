@@ -12,6 +12,10 @@ pub mod users;
 
 pub use error::ApiError;
 
+use actix_web::body::MessageBody;
+use actix_web::dev::{ServiceRequest, ServiceResponse};
+use actix_web::http::header;
+use actix_web::middleware::Next;
 use actix_web::{web, HttpResponse};
 
 /// Declares a table of routes once: a const listing them (what the OpenAPI test
@@ -27,7 +31,7 @@ macro_rules! route_table {
         /// Registers the routes of the table of the same name.
         pub fn $configure(cfg: &mut web::ServiceConfig) {
             $(
-                let allow = [$(stringify!($method)),+].map(str::to_ascii_uppercase).join(", ");
+                let allow = allow_header(&[$(stringify!($method)),+]);
                 cfg.service(
                     web::resource($path)
                         $(.route(web::$method().to($handler)))+
@@ -61,6 +65,16 @@ route_table! {
     "/introspect" => { post => oauth::introspection },
 }
 
+/// The `Allow` header of a path: its methods, and HEAD wherever GET is (every
+/// GET route answers HEAD).
+fn allow_header(methods: &[&str]) -> String {
+    let mut allow: Vec<String> = methods.iter().map(|m| m.to_ascii_uppercase()).collect();
+    if methods.contains(&"get") {
+        allow.push("HEAD".to_owned());
+    }
+    allow.join(", ")
+}
+
 /// The OpenAPI 3.1 document of the REST API and the OAuth endpoints.
 pub const OPENAPI: &str = include_str!("../../openapi.json");
 
@@ -68,6 +82,50 @@ async fn openapi() -> HttpResponse {
     HttpResponse::Ok()
         .content_type("application/json")
         .body(OPENAPI)
+}
+
+/// Every answer under `/v1` carries `Cache-Control: no-store` (SPEC §2): it may
+/// hold balances and addresses, and the request may carry the token in its URL.
+pub async fn no_store(
+    req: ServiceRequest,
+    next: Next<impl MessageBody + 'static>,
+) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
+    match next.call(req).await {
+        Ok(mut response) => {
+            response
+                .headers_mut()
+                .insert(header::CACHE_CONTROL, NO_STORE.clone());
+            Ok(response)
+        }
+        Err(error) => Err(NoStoreError(error).into()),
+    }
+}
+
+const NO_STORE: header::HeaderValue = header::HeaderValue::from_static("no-store");
+
+/// An error raised by inner middleware (the OAuth rate limit), rendered with
+/// `Cache-Control: no-store` like every other API answer.
+#[derive(Debug)]
+struct NoStoreError(actix_web::Error);
+
+impl std::fmt::Display for NoStoreError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl actix_web::ResponseError for NoStoreError {
+    fn status_code(&self) -> actix_web::http::StatusCode {
+        self.0.as_response_error().status_code()
+    }
+
+    fn error_response(&self) -> HttpResponse {
+        let mut response = self.0.error_response();
+        response
+            .headers_mut()
+            .insert(header::CACHE_CONTROL, NO_STORE.clone());
+        response
+    }
 }
 
 /// Any path under `/v1` that no route serves.

@@ -28,15 +28,8 @@ struct Made {
 
 const MICROS_PER_SECOND: i64 = 1_000_000;
 
-/// Largest amount one payment may move (SPEC §4).
-const MAX_AMOUNT: Money = Money::from_cents(500_000);
-
 fn parse_amount(params: &Params) -> Result<Amount, ApiError> {
-    let out_of_bounds = || {
-        ApiError::InvalidAmount(format!(
-            "amount must be between 0.01 and {MAX_AMOUNT} in absolute value"
-        ))
-    };
+    let out_of_bounds = || ApiError::InvalidAmount(rules::AmountOutOfBounds.to_string());
     let parsed = match params.get("amount") {
         None | Some(ParamValue::Null) => return Err(ApiError::MissingParameter("amount")),
         Some(ParamValue::Text(s)) => Amount::parse(s),
@@ -47,9 +40,9 @@ fn parse_amount(params: &Params) -> Result<Amount, ApiError> {
         AmountError::TooLarge(_) => out_of_bounds(),
         other => ApiError::InvalidAmount(other.to_string()),
     })?;
-    if amount.cents().abs() > MAX_AMOUNT.cents() {
-        return Err(out_of_bounds());
-    }
+    // The ledger checks the bound again for every medium; checking it here
+    // too keeps the API's answer order (amount before note and audience).
+    rules::check_amount(amount).map_err(|_| out_of_bounds())?;
     Ok(amount)
 }
 
@@ -130,6 +123,7 @@ pub async fn create(
     )
     .await
     .map_err(|e| match e {
+        CreateError::AmountOutOfBounds(e) => ApiError::InvalidAmount(e.to_string()),
         CreateError::InvalidTarget(m) => ApiError::InvalidTarget(m),
         CreateError::InsufficientFunds => ApiError::InsufficientFunds,
         CreateError::IdempotencyConflict => ApiError::IdempotencyConflict,

@@ -35,12 +35,19 @@ pub fn ok<T: Serialize>(data: T) -> HttpResponse {
 pub struct UserView {
     pub id: String,
     pub username: String,
-    pub first_name: String,
-    pub last_name: String,
+    pub first_name: Option<String>,
+    pub last_name: Option<String>,
     pub display_name: String,
-    pub about: String,
+    pub about: Option<String>,
     pub profile_picture_url: Option<String>,
     pub date_joined: String,
+}
+
+/// A stored text field as the API writes it: the store keeps an unset profile
+/// field as `''`, and SPEC §2 writes a field without a value as `null`, never
+/// `""`.
+pub fn present(text: &str) -> Option<String> {
+    (!text.trim().is_empty()).then(|| text.to_owned())
 }
 
 impl From<&User> for UserView {
@@ -50,15 +57,15 @@ impl From<&User> for UserView {
         Self {
             id: user.id.clone(),
             username: user.username.clone(),
-            first_name: user.first_name.clone(),
-            last_name: user.last_name.clone(),
+            first_name: present(&user.first_name),
+            last_name: present(&user.last_name),
             display_name: if full.is_empty() {
                 user.username.clone()
             } else {
                 full.to_owned()
             },
-            about: user.about.clone(),
-            profile_picture_url: user.profile_picture_url.clone(),
+            about: present(&user.about),
+            profile_picture_url: user.profile_picture_url.as_deref().and_then(present),
             date_joined: format_datetime(user.date_joined),
         }
     }

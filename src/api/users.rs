@@ -48,11 +48,13 @@ pub async fn me(found: PrincipalWithFriendsCount) -> Result<HttpResponse, ApiErr
             friends_count,
             email: user
                 .email
-                .clone()
+                .as_deref()
+                .and_then(render::present)
                 .filter(|_| principal.has(Scope::AccessEmail)),
             phone: user
                 .phone
-                .clone()
+                .as_deref()
+                .and_then(render::present)
                 .filter(|_| principal.has(Scope::AccessPhone)),
         },
     }))

@@ -81,8 +81,29 @@ pub struct Made {
     pub replayed: bool,
 }
 
+/// Largest amount one payment may move, in absolute value (SPEC §4); the
+/// smallest is one cent.
+pub const MAX_PAYMENT: Money = Money::from_cents(500_000);
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("amount must be between 0.01 and {MAX_PAYMENT} in absolute value")]
+pub struct AmountOutOfBounds;
+
+/// The bound of every payment, whatever makes it (the API, the account page,
+/// an operator): `create` applies it, and a handler may call it first to
+/// answer in its own order.
+pub fn check_amount(amount: Amount) -> Result<(), AmountOutOfBounds> {
+    if (1..=MAX_PAYMENT.cents()).contains(&amount.cents().abs()) {
+        Ok(())
+    } else {
+        Err(AmountOutOfBounds)
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum CreateError {
+    #[error(transparent)]
+    AmountOutOfBounds(#[from] AmountOutOfBounds),
     #[error("{0}")]
     InvalidTarget(String),
     #[error("the balance does not cover this payment")]
@@ -102,6 +123,7 @@ pub async fn create(
     idempotency_key: Option<&str>,
     now: i64,
 ) -> Result<Made, CreateError> {
+    check_amount(request.amount)?;
     let (target_type, target_user, email, phone) = match &request.target {
         TargetAddress::UserId(id) => {
             let user = store

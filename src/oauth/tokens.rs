@@ -28,6 +28,7 @@ pub(crate) fn mint(kind: TokenKind, now: i64, ttl: Duration) -> (IssuedCredentia
     let row = NewToken {
         digest: credential.digest.clone(),
         kind,
+        scopes: None,
         created_at: now,
         expires_at: now.saturating_add(micros(ttl)),
     };

@@ -38,6 +38,9 @@ impl TokenKind {
 pub struct NewToken {
     pub digest: String,
     pub kind: TokenKind,
+    /// The token's own scopes when narrower than its grant's (a refresh that
+    /// asked for less, RFC 6749 §6); `None`: the grant's.
+    pub scopes: Option<String>,
     pub created_at: i64,
     pub expires_at: i64,
 }
@@ -143,17 +146,21 @@ pub enum RefreshUse {
 
 #[async_trait]
 pub trait OAuthStore: Send + Sync {
+    /// Whether the user allowed the app these exact scopes for this response
+    /// type (`token` or `code`).
     async fn has_consent(
         &self,
         user_id: &str,
         client_id: &str,
         scopes: &str,
+        response_type: &str,
     ) -> Result<bool, StoreError>;
     async fn insert_consent(
         &self,
         user_id: &str,
         client_id: &str,
         scopes: &str,
+        response_type: &str,
         at: i64,
     ) -> Result<(), StoreError>;
 
@@ -191,6 +198,16 @@ pub trait OAuthStore: Send + Sync {
         now: i64,
         successors: &[NewToken],
     ) -> Result<RefreshUse, StoreError>;
+
+    /// The scopes of the grant behind a refresh token that `rotate_refresh_token`
+    /// would spend (of `client_id`, unspent, unrevoked, unexpired, its grant
+    /// live); `None` for any other token, so nothing is learnt of those.
+    async fn live_refresh_token_scopes(
+        &self,
+        digest: &str,
+        client_id: &str,
+        now: i64,
+    ) -> Result<Option<String>, StoreError>;
 
     async fn find_token(&self, digest: &str) -> Result<Option<TokenRecord>, StoreError>;
     /// `find_token` with the count of the user's friends, in the same statement.
@@ -257,7 +274,7 @@ fn token_select(digest_param: u8, with_friends_count: bool) -> String {
     format!(
         "SELECT {}, t.kind AS token_kind, t.expires_at, t.created_at, \
          (t.revoked_at IS NOT NULL OR g.revoked_at IS NOT NULL) AS revoked, \
-         g.id AS grant_id, g.client_id, g.scopes, \
+         g.id AS grant_id, g.client_id, COALESCE(t.scopes, g.scopes) AS scopes, \
          COALESCE(a.suspended, FALSE) AS app_suspended{friends_count} \
          FROM oauth_tokens t \
          JOIN oauth_grants g ON g.id = t.grant_id \
@@ -302,14 +319,17 @@ macro_rules! impl_oauth_store {
                 user_id: &str,
                 client_id: &str,
                 scopes: &str,
+                response_type: &str,
             ) -> Result<bool, StoreError> {
                 Ok(sqlx::query_scalar(
                     "SELECT EXISTS (SELECT 1 FROM oauth_consents \
-                     WHERE user_id = $1 AND client_id = $2 AND scopes = $3)",
+                     WHERE user_id = $1 AND client_id = $2 AND scopes = $3 \
+                     AND response_type = $4)",
                 )
                 .bind(user_id)
                 .bind(client_id)
                 .bind(scopes)
+                .bind(response_type)
                 .fetch_one(self.reader())
                 .await?)
             }
@@ -320,16 +340,19 @@ macro_rules! impl_oauth_store {
                 user_id: &str,
                 client_id: &str,
                 scopes: &str,
+                response_type: &str,
                 at: i64,
             ) -> Result<(), StoreError> {
                 let mut tx = self.write().await?;
                 sqlx::query(
-                    "INSERT INTO oauth_consents (user_id, client_id, scopes, created_at) \
-                     VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",
+                    "INSERT INTO oauth_consents \
+                     (user_id, client_id, scopes, response_type, created_at) \
+                     VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",
                 )
                 .bind(user_id)
                 .bind(client_id)
                 .bind(scopes)
+                .bind(response_type)
                 .bind(at)
                 .execute(&mut *tx)
                 .await?;
@@ -521,6 +544,28 @@ macro_rules! impl_oauth_store {
             }
 
             #[tracing::instrument(skip_all)]
+            async fn live_refresh_token_scopes(
+                &self,
+                digest: &str,
+                client_id: &str,
+                now: i64,
+            ) -> Result<Option<String>, StoreError> {
+                // The conditions of the spend in rotate_refresh_token.
+                Ok(sqlx::query_scalar(
+                    "SELECT g.scopes FROM oauth_tokens t \
+                     JOIN oauth_grants g ON g.id = t.grant_id \
+                     WHERE t.digest = $1 AND t.kind = 'refresh' AND t.used_at IS NULL \
+                     AND t.revoked_at IS NULL AND t.expires_at > $3 \
+                     AND g.client_id = $2 AND g.revoked_at IS NULL",
+                )
+                .bind(digest)
+                .bind(client_id)
+                .bind(now)
+                .fetch_optional(self.reader())
+                .await?)
+            }
+
+            #[tracing::instrument(skip_all)]
             async fn find_token(&self, digest: &str) -> Result<Option<TokenRecord>, StoreError> {
                 Ok(sqlx::query_as::<_, TokenRecord>(&$crate::store::oauth::token_queries().token)
                     .bind(digest)
@@ -700,14 +745,15 @@ macro_rules! impl_oauth_store {
             token: &NewToken,
         ) -> Result<(), StoreError> {
             sqlx::query(
-                "INSERT INTO oauth_tokens (digest, grant_id, kind, created_at, expires_at) \
-                 VALUES ($1, $2, $3, $4, $5)",
+                "INSERT INTO oauth_tokens (digest, grant_id, kind, created_at, expires_at, scopes) \
+                 VALUES ($1, $2, $3, $4, $5, $6)",
             )
             .bind(&token.digest)
             .bind(grant_id)
             .bind(token.kind.as_str())
             .bind(token.created_at)
             .bind(token.expires_at)
+            .bind(&token.scopes)
             .execute(&mut **tx)
             .await?;
             Ok(())

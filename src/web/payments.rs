@@ -208,6 +208,11 @@ pub async fn send(
             );
             Ok(see_other("/account#payments", None))
         }
+        Err(CreateError::AmountOutOfBounds(e)) => {
+            refused.error("amount", sentence(&e.to_string()));
+            forms::stash(&session, PAY_FORM, &refused);
+            Ok(see_other("/account#pay", None))
+        }
         Err(CreateError::InvalidTarget(message)) => {
             refused.error("to", sentence(&message));
             forms::stash(&session, PAY_FORM, &refused);

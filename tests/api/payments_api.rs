@@ -554,6 +554,9 @@ async fn charges_are_approved_denied_or_cancelled_by_the_right_party(backend: Ba
         "{}",
         answer.body
     );
+    // That pay settles before Ann is suspended below; otherwise the worker could
+    // fail it and refund Bob while his balance is being compared.
+    app.wait_for_status(&bob.token, &id(&pay), "settled").await;
     // A charge from an account suspended since fails when approved: no money
     // goes to an account that cannot use it.
     let from_suspended = app.pay(&ann, &bob, "-1").await.ok()["payment"].clone();

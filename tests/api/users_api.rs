@@ -426,7 +426,7 @@ async fn unknown_paths_and_wrong_methods_answer_json_errors(backend: Backend) {
     )
     .await;
     answer.error(405, "method_not_allowed");
-    assert_eq!(answer.headers["allow"], "GET, POST");
+    assert_eq!(answer.headers["allow"], "GET, POST, HEAD");
     // Bodies other than form fields or JSON are refused, and so are huge ones.
     let response = app
         .http
