@@ -129,7 +129,10 @@ pub async fn create(
         CreateError::IdempotencyConflict => ApiError::IdempotencyConflict,
         CreateError::Store(e) => e.into(),
     })?;
-    let related = Related::load(state.store.as_ref(), std::slice::from_ref(&made.payment)).await?;
+    let related = match made.parties {
+        Some(users) => Related::of_users(users),
+        None => Related::load(state.store.as_ref(), std::slice::from_ref(&made.payment)).await?,
+    };
     let mut response = HttpResponse::Ok();
     if made.replayed {
         response.insert_header(("Idempotent-Replayed", "true"));

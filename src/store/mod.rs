@@ -16,7 +16,7 @@ pub use oauth::*;
 pub use pages::*;
 pub use payments::{
     kinds, DuePayment, IdempotencyKey, InsertOutcome, Move, Payment, PaymentFilter, PaymentInsert,
-    PaymentStore, Transition, TransitionOutcome, UserSearch,
+    PaymentStore, Settlement, Transition, TransitionOutcome, UserSearch,
 };
 pub use postgres::PgStore;
 pub use sqlite::SqliteStore;

@@ -63,6 +63,12 @@ impl SqliteStore {
         Ok(self.writer.begin_with("BEGIN IMMEDIATE").await?)
     }
 
+    /// None: every write begins with `BEGIN IMMEDIATE` on the one writer, even a
+    /// single statement, so writers queue instead of failing.
+    fn statement_pool(&self) -> Option<&SqlitePool> {
+        None
+    }
+
     /// A read transaction sees one snapshot of the WAL.
     async fn snapshot(&self) -> Result<Transaction<'static, Sqlite>, StoreError> {
         Ok(self.reader.begin().await?)
@@ -73,6 +79,12 @@ impl SqliteStore {
 const SKIP_LOCKED: &str = "";
 /// …and needs no lock on a key either (the statement only keeps the shape).
 const KEY_LOCK: &str = "SELECT $1";
+
+/// A new payment's statements, sent to the writer at once (see payments.rs).
+const HOLD_SQL: &str = super::payments::SQLITE_HOLD_SQL;
+const CHARGE_SQL: &str = super::payments::SQLITE_CHARGE_SQL;
+/// The one writer already excludes every other settlement.
+const LOCK_SETTLED_TARGETS: Option<(&str, &str)> = None;
 
 type Backend = Sqlite;
 
