@@ -8,7 +8,8 @@ use super::ApiError;
 use crate::auth::Principal;
 use crate::domain::{has_forbidden_control, Lines, Money, Scope, ScopeSet};
 use crate::oauth::grants::{self, GrantError, GrantRequest};
-use crate::oauth::{credentials, introspect, IntrospectError};
+use crate::oauth::tokens::introspect_for_client;
+use crate::oauth::{credentials, IntrospectError};
 use crate::startup::AppState;
 use crate::store::{App, TokenKind};
 use actix_web::http::header::{self, HeaderValue};
@@ -230,6 +231,33 @@ async fn authenticate_client(
     state: &AppState,
     params: &OAuthParams,
 ) -> Result<App, OAuthError> {
+    let credentials = client_credentials(req, params)?;
+    grants::authenticate_client(state.store.as_ref(), &credentials.id, &credentials.secret)
+        .await
+        .map_err(|e| credentials.refusal(e))
+}
+
+/// Client credentials as presented, not yet checked.
+struct ClientCredentials {
+    id: String,
+    secret: String,
+    /// Given with HTTP Basic, so a 401 names that scheme.
+    basic: bool,
+}
+
+impl ClientCredentials {
+    fn refusal(&self, error: GrantError) -> OAuthError {
+        OAuthError {
+            basic: self.basic,
+            ..error.into()
+        }
+    }
+}
+
+fn client_credentials(
+    req: &HttpRequest,
+    params: &OAuthParams,
+) -> Result<ClientCredentials, OAuthError> {
     let basic = match req.headers().get(header::AUTHORIZATION) {
         Some(value) => {
             let value = value.to_str().unwrap_or("");
@@ -277,12 +305,11 @@ async fn authenticate_client(
             }
         },
     };
-    grants::authenticate_client(state.store.as_ref(), &client_id, &secret)
-        .await
-        .map_err(|e| OAuthError {
-            basic: used_basic,
-            ..e.into()
-        })
+    Ok(ClientCredentials {
+        id: client_id,
+        secret,
+        basic: used_basic,
+    })
 }
 
 fn decode_basic(encoded: &str) -> Option<(String, String)> {
@@ -429,12 +456,28 @@ pub async fn introspection(
     payload: web::Payload,
 ) -> Result<HttpResponse, OAuthError> {
     let params = read_params(&req, payload, TOKEN_CHECK_PARAMETERS).await?;
-    authenticate_client(&req, &state, &params).await?;
-    let token =
-        text(&params, "token")?.ok_or_else(|| OAuthError::invalid_request("token is required"))?;
+    let client = client_credentials(&req, &params)?;
+    let token = match text(&params, "token") {
+        Ok(Some(token)) => token,
+        // The client's refusal, if any, comes first.
+        unusable => {
+            authenticate_client(&req, &state, &params).await?;
+            unusable?;
+            return Err(OAuthError::invalid_request("token is required"));
+        }
+    };
+    let found = introspect_for_client(
+        state.store.as_ref(),
+        &state.introspection_cache,
+        &client.id,
+        &client.secret,
+        &token,
+    )
+    .await
+    .map_err(|e| client.refusal(e))?;
     let mut response = HttpResponse::Ok();
     no_store(&mut response);
-    match introspect(state.store.as_ref(), &token).await {
+    match found {
         Ok(active) => Ok(response.json(Introspection {
             active: true,
             scope: active.scopes.to_string(),

@@ -246,7 +246,8 @@ pub async fn list(
         }
         _ => None,
     };
-    let related = Related::load(state.store.as_ref(), &payments).await?;
+    let related =
+        Related::load_knowing(state.store.as_ref(), &payments, Some(&principal.user)).await?;
     Ok(HttpResponse::Ok().json(Page {
         data: payments.iter().map(|p| related.view(p)).collect(),
         pagination: Pagination { next },
@@ -276,7 +277,12 @@ pub async fn show(
 ) -> Result<HttpResponse, ApiError> {
     principal.require_any(&[Scope::AccessProfile, Scope::AccessPaymentHistory])?;
     let payment = visible_payment(&state, &principal.user.id, payment_id(&req)).await?;
-    let related = Related::load(state.store.as_ref(), std::slice::from_ref(&payment)).await?;
+    let related = Related::load_knowing(
+        state.store.as_ref(),
+        std::slice::from_ref(&payment),
+        Some(&principal.user),
+    )
+    .await?;
     Ok(render::ok(related.view(&payment)))
 }
 

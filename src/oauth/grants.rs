@@ -63,15 +63,27 @@ pub async fn authenticate_client(
     client_id: &str,
     secret: &str,
 ) -> Result<App, GrantError> {
+    let app = store.find_app(client_id).await?;
+    check_client(
+        app.as_ref()
+            .map(|a| (a.secret_digest.as_str(), a.suspended)),
+        secret,
+    )?;
+    app.ok_or_else(|| GrantError::InvalidClient("client authentication failed".to_owned()))
+}
+
+/// Whether `secret` authenticates an app found with this secret digest and
+/// suspended flag (`None`: no such app).
+pub fn check_client(app: Option<(&str, bool)>, secret: &str) -> Result<(), GrantError> {
     let refused = || GrantError::InvalidClient("client authentication failed".to_owned());
-    let app = store.find_app(client_id).await?.ok_or_else(refused)?;
-    if !credentials::matches(secret, &app.secret_digest) {
+    let (secret_digest, suspended) = app.ok_or_else(refused)?;
+    if !credentials::matches(secret, secret_digest) {
         return Err(refused());
     }
-    if app.suspended {
+    if suspended {
         return Err(GrantError::InvalidClient("the app is suspended".to_owned()));
     }
-    Ok(app)
+    Ok(())
 }
 
 /// What a successful grant hands out.

@@ -54,6 +54,10 @@ pub trait Store: OAuthStore + PaymentStore + PagesStore + Send + Sync + 'static 
     /// answers `None` (back it up with pg_dump).
     async fn backup_into(&self, path: &str) -> Result<Option<()>, StoreError>;
 
+    /// Changes whenever this store has committed a revocation of a token or
+    /// grant, a suspension or an app secret change.
+    fn revocation_epoch(&self) -> u64;
+
     /// Returns the stored value of a server setting, storing `candidate` first if
     /// there is none yet. Racing callers all get the one value that won.
     async fn server_setting_or_insert(
@@ -89,6 +93,32 @@ pub trait Store: OAuthStore + PaymentStore + PagesStore + Send + Sync + 'static 
 
     /// A consistent snapshot of balances and ledger sums for the audit.
     async fn audit_snapshot(&self) -> Result<AuditSnapshot, StoreError>;
+}
+
+/// Counts the revocations, suspensions and secret changes this process has
+/// committed, so that what was read before one of them is known to be stale
+/// (the introspection cache). Bumped after the commit: a read that started
+/// before it may have seen the old rows, and then sees another count.
+#[derive(Default)]
+pub struct RevocationEpoch(std::sync::atomic::AtomicU64);
+
+impl RevocationEpoch {
+    pub fn current(&self) -> u64 {
+        self.0.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    fn bump(&self) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+    }
+}
+
+/// A pool size of `per_core` connections for each core, within `min..=max`.
+fn connections_per_core(per_core: u32, min: u32, max: u32) -> u32 {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    u32::try_from(cores)
+        .unwrap_or(u32::MAX)
+        .saturating_mul(per_core)
+        .clamp(min, max)
 }
 
 /// Opens the database the URL names, creating an SQLite file if missing.

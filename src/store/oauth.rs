@@ -80,6 +80,21 @@ pub struct TokenRecord {
     pub client_id: Option<String>,
     pub scopes: String,
     pub app_suspended: bool,
+    /// Read only by `find_token_with_friends_count` (for `/me`).
+    #[sqlx(default)]
+    pub friends_count: Option<i64>,
+}
+
+/// The app that calls the introspection endpoint, as far as authenticating it
+/// needs.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct IntrospectingClient {
+    #[sqlx(rename = "caller_client_id")]
+    pub client_id: String,
+    #[sqlx(rename = "caller_secret_digest")]
+    pub secret_digest: String,
+    #[sqlx(rename = "caller_suspended")]
+    pub suspended: bool,
 }
 
 /// A code taken for exchange.
@@ -195,6 +210,18 @@ pub trait OAuthStore: Send + Sync {
     ) -> Result<Option<String>, StoreError>;
 
     async fn find_token(&self, digest: &str) -> Result<Option<TokenRecord>, StoreError>;
+    /// `find_token` with the count of the user's friends, in the same statement.
+    async fn find_token_with_friends_count(
+        &self,
+        digest: &str,
+    ) -> Result<Option<TokenRecord>, StoreError>;
+    /// The calling app and the token it asks about, in one statement: `None`
+    /// when there is no such app; the token is `None` when unknown.
+    async fn find_client_and_token(
+        &self,
+        client_id: &str,
+        digest: &str,
+    ) -> Result<Option<(IntrospectingClient, Option<TokenRecord>)>, StoreError>;
 
     /// Revokes one token; a refresh token takes its whole family with it. When
     /// `client_id` is given, only a token of that client is revoked. Returns
@@ -231,24 +258,55 @@ pub trait OAuthStore: Send + Sync {
     ) -> Result<(), StoreError>;
 }
 
-/// The SQL that reads a token with its grant, user and app.
-pub(crate) fn token_query() -> String {
+/// The SQL that reads a token (digest `$n`) with its grant, user and app, and,
+/// if asked, the user's friend count.
+fn token_select(digest_param: u8, with_friends_count: bool) -> String {
     let user_columns: Vec<String> = super::sql::USER_COLUMNS
         .split(',')
         .map(|c| format!("u.{}", c.trim()))
         .collect();
+    let friends_count = if with_friends_count {
+        ", (SELECT CAST(COUNT(*) AS BIGINT) FROM friendships f WHERE f.user_id = u.id) \
+         AS friends_count"
+    } else {
+        ""
+    };
     format!(
         "SELECT {}, t.kind AS token_kind, t.expires_at, t.created_at, \
          (t.revoked_at IS NOT NULL OR g.revoked_at IS NOT NULL) AS revoked, \
          g.id AS grant_id, g.client_id, COALESCE(t.scopes, g.scopes) AS scopes, \
-         COALESCE(a.suspended, FALSE) AS app_suspended \
+         COALESCE(a.suspended, FALSE) AS app_suspended{friends_count} \
          FROM oauth_tokens t \
          JOIN oauth_grants g ON g.id = t.grant_id \
          JOIN users u ON u.id = g.user_id \
          LEFT JOIN apps a ON a.client_id = g.client_id \
-         WHERE t.digest = $1",
+         WHERE t.digest = ${digest_param}",
         user_columns.join(", ")
     )
+}
+
+/// The token queries, built once.
+pub(crate) struct TokenQueries {
+    pub token: String,
+    pub token_with_friends_count: String,
+    pub client_and_token: String,
+}
+
+pub(crate) fn token_queries() -> &'static TokenQueries {
+    static QUERIES: std::sync::OnceLock<TokenQueries> = std::sync::OnceLock::new();
+    QUERIES.get_or_init(|| TokenQueries {
+        token: token_select(1, false),
+        token_with_friends_count: token_select(1, true),
+        // The caller's row, and the token's columns beside it (NULL when the
+        // token is unknown).
+        client_and_token: format!(
+            "SELECT c.client_id AS caller_client_id, c.secret_digest AS caller_secret_digest, \
+             c.suspended AS caller_suspended, tok.* \
+             FROM apps c LEFT JOIN ({}) tok ON TRUE \
+             WHERE c.client_id = $1",
+            token_select(2, false)
+        ),
+    })
 }
 
 macro_rules! impl_oauth_store {
@@ -417,6 +475,9 @@ macro_rules! impl_oauth_store {
                     }
                 };
                 tx.commit().await?;
+                if matches!(outcome, CodeUse::Replayed) {
+                    self.revocations.bump();
+                }
                 Ok(outcome)
             }
 
@@ -550,6 +611,9 @@ macro_rules! impl_oauth_store {
                     _ => RefreshUse::Invalid,
                 };
                 tx.commit().await?;
+                if matches!(outcome, RefreshUse::Replayed) {
+                    self.revocations.bump();
+                }
                 Ok(outcome)
             }
 
@@ -577,10 +641,49 @@ macro_rules! impl_oauth_store {
 
             #[tracing::instrument(skip_all)]
             async fn find_token(&self, digest: &str) -> Result<Option<TokenRecord>, StoreError> {
-                Ok(sqlx::query_as::<_, TokenRecord>(&$crate::store::oauth::token_query())
+                Ok(sqlx::query_as::<_, TokenRecord>(&$crate::store::oauth::token_queries().token)
                     .bind(digest)
                     .fetch_optional(self.reader())
                     .await?)
+            }
+
+            #[tracing::instrument(skip_all)]
+            async fn find_token_with_friends_count(
+                &self,
+                digest: &str,
+            ) -> Result<Option<TokenRecord>, StoreError> {
+                Ok(sqlx::query_as::<_, TokenRecord>(
+                    &$crate::store::oauth::token_queries().token_with_friends_count,
+                )
+                .bind(digest)
+                .fetch_optional(self.reader())
+                .await?)
+            }
+
+            #[tracing::instrument(skip_all)]
+            async fn find_client_and_token(
+                &self,
+                client_id: &str,
+                digest: &str,
+            ) -> Result<Option<($crate::store::IntrospectingClient, Option<TokenRecord>)>, StoreError>
+            {
+                use sqlx::{FromRow as _, Row as _};
+                let row = sqlx::query(&$crate::store::oauth::token_queries().client_and_token)
+                    .bind(client_id)
+                    .bind(digest)
+                    .fetch_optional(self.reader())
+                    .await?;
+                let Some(row) = row else {
+                    return Ok(None);
+                };
+                let client = $crate::store::IntrospectingClient::from_row(&row)?;
+                // The token's grant column is NULL exactly when the token is unknown.
+                let grant_id: Option<String> = row.try_get("grant_id")?;
+                let token = match grant_id {
+                    Some(_) => Some(TokenRecord::from_row(&row)?),
+                    None => None,
+                };
+                Ok(Some((client, token)))
             }
 
             #[tracing::instrument(skip_all)]
@@ -610,6 +713,7 @@ macro_rules! impl_oauth_store {
                     }
                 }
                 tx.commit().await?;
+                self.revocations.bump();
                 Ok(found.is_some())
             }
 
@@ -618,6 +722,7 @@ macro_rules! impl_oauth_store {
                 let mut tx = self.write().await?;
                 revoke_grant(&mut tx, grant_id, now).await?;
                 tx.commit().await?;
+                self.revocations.bump();
                 Ok(())
             }
 

@@ -12,17 +12,26 @@ use std::time::Duration;
 /// updates and row locks rather than on a single writer.
 pub struct PgStore {
     pool: PgPool,
+    revocations: RevocationEpoch,
 }
 
 impl PgStore {
     pub async fn connect(url: &str) -> Result<Self, StoreError> {
         let options = PgConnectOptions::from_str(url)?;
+        // No ping (a round trip) before each use of a connection: a broken one
+        // fails its statement, and the pool drops it. Four per core: requests
+        // waiting on row locks or the network keep their connection, and
+        // PostgreSQL's own processes share the cores with this one.
         let pool = PgPoolOptions::new()
-            .max_connections(16)
+            .max_connections(super::connections_per_core(4, 8, 32))
+            .test_before_acquire(false)
             .acquire_timeout(Duration::from_secs(5))
             .connect_with(options)
             .await?;
-        Ok(Self { pool })
+        Ok(Self {
+            pool,
+            revocations: RevocationEpoch::default(),
+        })
     }
 
     async fn run_migrations(&self) -> Result<(), StoreError> {

@@ -30,6 +30,10 @@ macro_rules! impl_store {
                 self.copy_into(path).await
             }
 
+            fn revocation_epoch(&self) -> u64 {
+                self.revocations.current()
+            }
+
             #[tracing::instrument(skip_all)]
             async fn ping(&self) -> Result<(), StoreError> {
                 self.ready().await
@@ -132,6 +136,7 @@ macro_rules! impl_store {
                     .fetch_optional(&mut *tx)
                     .await?;
                 tx.commit().await?;
+                self.revocations.bump();
                 Ok(user)
             }
 
@@ -216,6 +221,7 @@ macro_rules! impl_store {
                     .fetch_optional(&mut *tx)
                     .await?;
                 tx.commit().await?;
+                self.revocations.bump();
                 Ok(app)
             }
 

@@ -52,6 +52,7 @@ pub struct SqliteStore {
     writer: SqlitePool,
     health: Arc<WriterHealth>,
     page_limit_file: Option<PathBuf>,
+    revocations: RevocationEpoch,
 }
 
 impl SqliteStore {
@@ -64,8 +65,11 @@ impl SqliteStore {
             .busy_timeout(Duration::from_secs(10));
         let health = Arc::new(WriterHealth::default());
         let on_release = health.clone();
+        // No ping before handing out a connection: an SQLite connection is a
+        // file handle in this process, and a failed statement reports itself.
         let writer = SqlitePoolOptions::new()
             .max_connections(1)
+            .test_before_acquire(false)
             .acquire_timeout(Duration::from_secs(30))
             // After a failed COMMIT or ROLLBACK (SQLite may already have rolled
             // back by itself, e.g. on "database or disk is full") sqlx still
@@ -91,8 +95,11 @@ impl SqliteStore {
             })
             .connect_with(options.clone())
             .await?;
+        // Each reader is a thread of its own running statements: two per core
+        // keep every core busy without queueing threads for the CPU.
         let reader = SqlitePoolOptions::new()
-            .max_connections(4)
+            .max_connections(super::connections_per_core(2, 2, 8))
+            .test_before_acquire(false)
             .acquire_timeout(Duration::from_secs(10))
             .connect_with(options.read_only(true))
             .await?;
@@ -101,6 +108,7 @@ impl SqliteStore {
             writer,
             health,
             page_limit_file: std::env::var_os(PAGE_LIMIT_FILE_VARIABLE).map(PathBuf::from),
+            revocations: RevocationEpoch::default(),
         })
     }
 

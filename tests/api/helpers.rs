@@ -301,6 +301,11 @@ impl ServeProcess {
         }
     }
 
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Everything the server has logged so far.
     pub fn log(&self) -> String {
         self.log.lock().unwrap().clone()

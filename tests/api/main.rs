@@ -22,5 +22,6 @@ mod pages;
 mod pages_hardening;
 mod payments_api;
 mod real_browser;
+mod signin_load;
 mod store_conformance;
 mod users_api;
