@@ -449,6 +449,7 @@ async fn refresh_token(store: &dyn Store, seeded: &Seeded) -> String {
     let row = NewToken {
         digest: refresh.digest.clone(),
         kind: TokenKind::Refresh,
+        scopes: None,
         created_at: now,
         expires_at: now + 86_400_000_000,
     };

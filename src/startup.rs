@@ -8,6 +8,7 @@ use crate::config::{Settings, TlsFiles};
 use crate::limits::RateLimits;
 use crate::mailer::Mailer;
 use crate::oauth::credentials;
+use crate::oauth::introspection_cache::IntrospectionCache;
 use crate::store::{self, Store};
 use crate::telemetry;
 use crate::web as pages;
@@ -41,6 +42,8 @@ pub struct AppState {
     pub rate_limits: RateLimits,
     pub mailer: Mailer,
     pub grant_usage: GrantUsage,
+    /// What `POST /oauth/introspect` read in the last moments.
+    pub introspection_cache: IntrospectionCache,
 }
 
 /// Connects to the configured database and applies pending migrations.
@@ -66,12 +69,6 @@ pub async fn resolve_secret_key(
         .server_setting_or_insert("secret_key", &credentials::random_hex(32))
         .await?;
     Ok(SecretString::from(key))
-}
-
-/// Hashes allowed at once: one per core keeps the blocking pool from growing a
-/// queue of 19 MiB allocations.
-fn hash_concurrency() -> usize {
-    std::thread::available_parallelism().map_or(2, |n| n.get())
 }
 
 pub struct Application {
@@ -108,9 +105,10 @@ impl Application {
             settings: Arc::new(settings),
             public_origin: public_origin.clone(),
             secret_key,
-            hasher: PasswordHasher::new(hash_concurrency()),
+            hasher: PasswordHasher::new(PasswordHasher::threads_for_this_machine()),
             mailer,
             grant_usage: GrantUsage::default(),
+            introspection_cache: IntrospectionCache::default(),
         });
 
         let server = HttpServer::new(move || {

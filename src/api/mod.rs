@@ -10,7 +10,7 @@ pub mod query;
 pub mod render;
 pub mod users;
 
-pub use error::ApiError;
+pub use error::{ApiError, UNAVAILABLE_RETRY_AFTER_SECS};
 
 use actix_web::body::MessageBody;
 use actix_web::dev::{ServiceRequest, ServiceResponse};

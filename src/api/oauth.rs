@@ -2,13 +2,14 @@
 //! 7009), introspection (RFC 7662) and server metadata (RFC 8414). Errors follow
 //! RFC 6749 §5.2: `{"error","error_description"}`.
 
-use super::params::Params;
+use super::params::{self, ParamValue};
 use super::render::UserView;
 use super::ApiError;
 use crate::auth::Principal;
-use crate::domain::{Money, Scope, ScopeSet};
+use crate::domain::{has_forbidden_control, Lines, Money, Scope, ScopeSet};
 use crate::oauth::grants::{self, GrantError, GrantRequest};
-use crate::oauth::{credentials, introspect, IntrospectError};
+use crate::oauth::tokens::introspect_for_client;
+use crate::oauth::{credentials, IntrospectError};
 use crate::startup::AppState;
 use crate::store::{App, TokenKind};
 use actix_web::http::header::{self, HeaderValue};
@@ -17,6 +18,7 @@ use actix_web::{web, HttpRequest, HttpResponse, ResponseError};
 use base64::Engine;
 use secrecy::ExposeSecret;
 use serde::Serialize;
+use std::collections::HashMap;
 
 #[derive(Debug, thiserror::Error)]
 #[error("{error}: {description}")]
@@ -67,6 +69,20 @@ impl From<GrantError> for OAuthError {
             }
             _ => StatusCode::BAD_REQUEST,
         };
+        if status == StatusCode::SERVICE_UNAVAILABLE {
+            if let GrantError::Store(e) = &error {
+                tracing::warn!(error = %e, "database unavailable");
+            }
+            // RFC 6749 names this condition only for the authorization
+            // endpoint; the JSON endpoints use the same code.
+            return Self {
+                error: "temporarily_unavailable",
+                description: "the database cannot be reached; retry later".to_owned(),
+                status,
+                basic: false,
+                retry_after_secs: Some(super::UNAVAILABLE_RETRY_AFTER_SECS),
+            };
+        }
         let description = match &error {
             GrantError::Store(_) => "the server could not complete the request".to_owned(),
             other => other.to_string(),
@@ -126,9 +142,37 @@ fn no_store(response: &mut actix_web::HttpResponseBuilder) {
         .insert_header((header::PRAGMA, HeaderValue::from_static("no-cache")));
 }
 
-async fn read_params(req: &HttpRequest, payload: web::Payload) -> Result<Params, OAuthError> {
+/// The parameters the token endpoint reads; any other is ignored.
+const TOKEN_PARAMETERS: &[&str] = &[
+    "grant_type",
+    "code",
+    "redirect_uri",
+    "code_verifier",
+    "refresh_token",
+    "scope",
+    "client_id",
+    "client_secret",
+];
+
+/// The parameters revocation and introspection read; any other is ignored.
+const TOKEN_CHECK_PARAMETERS: &[&str] = &["token", "token_type_hint", "client_id", "client_secret"];
+
+/// The recognized parameters of an OAuth request, from the query string and
+/// the body.
+struct OAuthParams(HashMap<&'static str, ParamValue>);
+
+/// Reads an OAuth request's parameters, before any client authentication: a
+/// control character in any of them is `invalid_request` (SPEC §2), and so is
+/// a recognized parameter given twice, even with the same value (SPEC §6);
+/// other parameters are ignored however often they come (e.g. RFC 8707
+/// `resource`).
+async fn read_params(
+    req: &HttpRequest,
+    payload: web::Payload,
+    recognized: &[&'static str],
+) -> Result<OAuthParams, OAuthError> {
     let mut payload = payload.into_inner();
-    Params::extract(req, &mut payload).await.map_err(|e| {
+    let sent = params::read_as_sent(req, &mut payload).await.map_err(|e| {
         let status = match e {
             ApiError::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -138,14 +182,46 @@ async fn read_params(req: &HttpRequest, payload: web::Payload) -> Result<Params,
             status,
             ..OAuthError::invalid_request(e.to_string())
         }
-    })
+    })?;
+    for (name, value) in &sent.pairs {
+        let value_has_control = matches!(
+            value,
+            ParamValue::Text(text) | ParamValue::Number(text)
+                if has_forbidden_control(text, Lines::Single)
+        );
+        if value_has_control || has_forbidden_control(name, Lines::Single) {
+            return Err(OAuthError::invalid_request(format!(
+                "parameter {} holds a control character",
+                name.escape_debug()
+            )));
+        }
+    }
+    let mut map = HashMap::new();
+    for (name, value) in sent.pairs {
+        let Some(known) = recognized.iter().copied().find(|k| *k == name) else {
+            continue;
+        };
+        if map.insert(known, value).is_some() {
+            return Err(OAuthError::invalid_request(format!(
+                "parameter {known} is given more than once"
+            )));
+        }
+    }
+    Ok(OAuthParams(map))
 }
 
-fn text(params: &Params, name: &str) -> Result<Option<String>, OAuthError> {
-    params
-        .text_or_number(name)
-        .map(|v| v.map(str::to_owned).filter(|v| !v.is_empty()))
-        .map_err(|e| OAuthError::invalid_request(e.to_string()))
+/// A text parameter (a JSON number is taken as its text: old clients send
+/// client ids as numbers); absent, null or empty is `None`.
+fn text(params: &OAuthParams, name: &str) -> Result<Option<String>, OAuthError> {
+    match params.0.get(name) {
+        None | Some(ParamValue::Null) => Ok(None),
+        Some(ParamValue::Text(value) | ParamValue::Number(value)) => {
+            Ok(Some(value.clone()).filter(|v| !v.is_empty()))
+        }
+        Some(_) => Err(OAuthError::invalid_request(format!(
+            "parameter {name} must be a string or a number"
+        ))),
+    }
 }
 
 /// Client credentials from HTTP Basic (RFC 6749 §2.3.1, form-encoded inside) or
@@ -153,8 +229,35 @@ fn text(params: &Params, name: &str) -> Result<Option<String>, OAuthError> {
 async fn authenticate_client(
     req: &HttpRequest,
     state: &AppState,
-    params: &Params,
+    params: &OAuthParams,
 ) -> Result<App, OAuthError> {
+    let credentials = client_credentials(req, params)?;
+    grants::authenticate_client(state.store.as_ref(), &credentials.id, &credentials.secret)
+        .await
+        .map_err(|e| credentials.refusal(e))
+}
+
+/// Client credentials as presented, not yet checked.
+struct ClientCredentials {
+    id: String,
+    secret: String,
+    /// Given with HTTP Basic, so a 401 names that scheme.
+    basic: bool,
+}
+
+impl ClientCredentials {
+    fn refusal(&self, error: GrantError) -> OAuthError {
+        OAuthError {
+            basic: self.basic,
+            ..error.into()
+        }
+    }
+}
+
+fn client_credentials(
+    req: &HttpRequest,
+    params: &OAuthParams,
+) -> Result<ClientCredentials, OAuthError> {
     let basic = match req.headers().get(header::AUTHORIZATION) {
         Some(value) => {
             let value = value.to_str().unwrap_or("");
@@ -172,6 +275,15 @@ async fn authenticate_client(
         }
         None => None,
     };
+    // A control character never reaches the look-up (SPEC §2).
+    if let Some((id, secret)) = &basic {
+        if has_forbidden_control(id, Lines::Single) || has_forbidden_control(secret, Lines::Single)
+        {
+            return Err(OAuthError::invalid_request(
+                "the Basic credentials hold a control character",
+            ));
+        }
+    }
     let form_id = text(params, "client_id")?;
     let form_secret = text(params, "client_secret")?;
     let used_basic = basic.is_some();
@@ -193,12 +305,11 @@ async fn authenticate_client(
             }
         },
     };
-    grants::authenticate_client(state.store.as_ref(), &client_id, &secret)
-        .await
-        .map_err(|e| OAuthError {
-            basic: used_basic,
-            ..e.into()
-        })
+    Ok(ClientCredentials {
+        id: client_id,
+        secret,
+        basic: used_basic,
+    })
 }
 
 fn decode_basic(encoded: &str) -> Option<(String, String)> {
@@ -232,7 +343,7 @@ pub async fn token(
     state: web::Data<AppState>,
     payload: web::Payload,
 ) -> Result<HttpResponse, OAuthError> {
-    let params = read_params(&req, payload).await?;
+    let params = read_params(&req, payload, TOKEN_PARAMETERS).await?;
     let app = authenticate_client(&req, &state, &params).await?;
     let grant_type = text(&params, "grant_type")?;
     let code = text(&params, "code")?;
@@ -287,13 +398,15 @@ pub async fn token(
 }
 
 /// `POST /oauth/revoke` (RFC 7009): the app revokes one of its own tokens. The
-/// answer is 200 whether or not the token was known (§2.2).
+/// answer is 200 whether or not the token was known (§2.2), with the JSON body
+/// `{}`: clients that parse every answer as JSON (simple-oauth2) fail on an
+/// empty one.
 pub async fn revoke(
     req: HttpRequest,
     state: web::Data<AppState>,
     payload: web::Payload,
 ) -> Result<HttpResponse, OAuthError> {
-    let params = read_params(&req, payload).await?;
+    let params = read_params(&req, payload, TOKEN_CHECK_PARAMETERS).await?;
     let app = authenticate_client(&req, &state, &params).await?;
     let token =
         text(&params, "token")?.ok_or_else(|| OAuthError::invalid_request("token is required"))?;
@@ -307,7 +420,7 @@ pub async fn revoke(
         .await?;
     let mut response = HttpResponse::Ok();
     no_store(&mut response);
-    Ok(response.finish())
+    Ok(response.json(serde_json::json!({})))
 }
 
 /// `DELETE /oauth/access_token`: revokes the token that authenticates the call.
@@ -342,13 +455,29 @@ pub async fn introspection(
     state: web::Data<AppState>,
     payload: web::Payload,
 ) -> Result<HttpResponse, OAuthError> {
-    let params = read_params(&req, payload).await?;
-    authenticate_client(&req, &state, &params).await?;
-    let token =
-        text(&params, "token")?.ok_or_else(|| OAuthError::invalid_request("token is required"))?;
+    let params = read_params(&req, payload, TOKEN_CHECK_PARAMETERS).await?;
+    let client = client_credentials(&req, &params)?;
+    let token = match text(&params, "token") {
+        Ok(Some(token)) => token,
+        // The client's refusal, if any, comes first.
+        unusable => {
+            authenticate_client(&req, &state, &params).await?;
+            unusable?;
+            return Err(OAuthError::invalid_request("token is required"));
+        }
+    };
+    let found = introspect_for_client(
+        state.store.as_ref(),
+        &state.introspection_cache,
+        &client.id,
+        &client.secret,
+        &token,
+    )
+    .await
+    .map_err(|e| client.refusal(e))?;
     let mut response = HttpResponse::Ok();
     no_store(&mut response);
-    match introspect(state.store.as_ref(), &token).await {
+    match found {
         Ok(active) => Ok(response.json(Introspection {
             active: true,
             scope: active.scopes.to_string(),
@@ -356,7 +485,9 @@ pub async fn introspection(
             username: active.user.username,
             sub: active.user.id,
             token_type: match active.kind {
-                TokenKind::Access => "access_token",
+                // RFC 7662 §2.2 after RFC 6749 §7.1: the type a client
+                // presents it as.
+                TokenKind::Access => "bearer",
                 TokenKind::Refresh => "refresh_token",
             },
             exp: active.expires_at / 1_000_000,

@@ -89,36 +89,65 @@ impl Params {
         if let Some(params) = req.extensions().get::<Params>() {
             return Ok(params.clone());
         }
-        let mut map = HashMap::new();
-        for (key, value) in parse_form(req.query_string().as_bytes()) {
-            merge(&mut map, key, value)?;
+        let sent = read_as_sent(req, payload).await?;
+        if let Some(key) = sent.repeated_json_key {
+            return Err(ApiError::InvalidRequest(format!(
+                "parameter {key} is given twice in the JSON object"
+            )));
         }
-        let body = read_body(payload).await?;
-        if !body.is_empty() {
-            let content_type = req
-                .headers()
-                .get(CONTENT_TYPE)
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or("")
-                .split(';')
-                .next()
-                .unwrap_or("")
-                .trim()
-                .to_ascii_lowercase();
-            let from_body = match content_type.as_str() {
-                "application/x-www-form-urlencoded" => parse_form(&body),
-                "application/json" => parse_json(&body)?,
-                _ => return Err(ApiError::UnsupportedMediaType),
-            };
-            for (key, value) in from_body {
-                merge(&mut map, key, value)?;
-            }
+        let mut map = HashMap::new();
+        for (key, value) in sent.pairs {
+            merge(&mut map, key, value)?;
         }
         refuse_control_characters(req, &map)?;
         let params = Params(Rc::new(map));
         req.extensions_mut().insert(params.clone());
         Ok(params)
     }
+}
+
+/// A request's parameters as sent: the query string's, then the body's, in
+/// order, repeats kept. The OAuth endpoints judge repeats by their own rule
+/// (SPEC §6); `Params` refuses the ambiguous ones.
+pub struct SentParams {
+    pub pairs: Vec<(String, ParamValue)>,
+    /// A key a JSON body gives twice (it is in `pairs` twice).
+    pub repeated_json_key: Option<String>,
+}
+
+/// Reads the query string and the body (form fields or a JSON object).
+pub async fn read_as_sent(
+    req: &HttpRequest,
+    payload: &mut Payload,
+) -> Result<SentParams, ApiError> {
+    let mut pairs = parse_form(req.query_string().as_bytes());
+    let mut repeated_json_key = None;
+    let body = read_body(payload).await?;
+    if !body.is_empty() {
+        let content_type = req
+            .headers()
+            .get(CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .split(';')
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_ascii_lowercase();
+        match content_type.as_str() {
+            "application/x-www-form-urlencoded" => pairs.extend(parse_form(&body)),
+            "application/json" => {
+                let (members, repeated) = parse_json(&body)?;
+                pairs.extend(members);
+                repeated_json_key = repeated;
+            }
+            _ => return Err(ApiError::UnsupportedMediaType),
+        }
+    }
+    Ok(SentParams {
+        pairs,
+        repeated_json_key,
+    })
 }
 
 /// The free-text parameters, where tab, CR and LF are allowed (SPEC §2).
@@ -194,15 +223,13 @@ fn parse_form(body: &[u8]) -> Vec<(String, ParamValue)> {
         .collect()
 }
 
-fn parse_json(body: &[u8]) -> Result<Vec<(String, ParamValue)>, ApiError> {
+/// A JSON object's members in order, and a key it gives twice, if any.
+type JsonMembers = (Vec<(String, ParamValue)>, Option<String>);
+
+fn parse_json(body: &[u8]) -> Result<JsonMembers, ApiError> {
     let object: Members = serde_json::from_slice(body)
         .map_err(|_| ApiError::InvalidRequest("the body must be a JSON object".to_owned()))?;
-    if let Some(key) = object.duplicate {
-        return Err(ApiError::InvalidRequest(format!(
-            "parameter {key} is given twice in the JSON object"
-        )));
-    }
-    object
+    let members = object
         .members
         .into_iter()
         .map(|(key, raw)| {
@@ -219,7 +246,8 @@ fn parse_json(body: &[u8]) -> Result<Vec<(String, ParamValue)>, ApiError> {
             };
             Ok((key, value))
         })
-        .collect()
+        .collect::<Result<_, ApiError>>()?;
+    Ok((members, object.duplicate))
 }
 
 /// A JSON object's members, noting a key given twice, which serde_json's own

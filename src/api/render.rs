@@ -107,6 +107,16 @@ pub struct Related {
 
 impl Related {
     pub async fn load(store: &dyn Store, payments: &[Payment]) -> Result<Self, StoreError> {
+        Self::load_knowing(store, payments, None).await
+    }
+
+    /// `load`, given a user already read (the token owner, a party of every
+    /// payment it sees), who is then not read again.
+    pub async fn load_knowing(
+        store: &dyn Store,
+        payments: &[Payment],
+        known: Option<&User>,
+    ) -> Result<Self, StoreError> {
         let refund_ids: Vec<String> = payments
             .iter()
             .filter_map(|p| p.refund_payment_id.clone())
@@ -117,14 +127,24 @@ impl Related {
             .chain(refunds.iter())
             .flat_map(|p| [p.actor_id.clone(), p.target_user_id.clone()])
             .flatten()
+            .filter(|id| known.is_none_or(|k| k.id != *id))
             .collect();
-        let users = store
+        let mut users = store
             .find_users(&user_ids.into_iter().collect::<Vec<_>>())
             .await?;
+        users.extend(known.cloned());
         Ok(Self {
             users: users.into_iter().map(|u| (u.id.clone(), u)).collect(),
             refunds: refunds.into_iter().map(|r| (r.id.clone(), r)).collect(),
         })
+    }
+
+    /// The users of payments that have no refund, already at hand.
+    pub fn of_users(users: Vec<User>) -> Self {
+        Self {
+            users: users.into_iter().map(|u| (u.id.clone(), u)).collect(),
+            refunds: HashMap::new(),
+        }
     }
 
     /// Adds a refund known without a look-up.

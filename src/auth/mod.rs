@@ -4,4 +4,4 @@ pub mod password;
 pub mod principal;
 pub mod usage;
 
-pub use principal::Principal;
+pub use principal::{Principal, PrincipalWithFriendsCount};

@@ -49,7 +49,13 @@ impl Principal {
         }
     }
 
-    async fn authenticate(req: HttpRequest, body: BodySlot) -> Result<Self, ApiError> {
+    /// The principal of a request; with `with_friends_count`, also the count of
+    /// its user's friends, read in the same statement.
+    async fn authenticate(
+        req: HttpRequest,
+        body: BodySlot,
+        with_friends_count: bool,
+    ) -> Result<(Self, Option<i64>), ApiError> {
         let params = body.params(&req).await?;
         let from_header = match req.headers().get(AUTHORIZATION) {
             None => None,
@@ -80,16 +86,24 @@ impl Principal {
         let state = req
             .app_data::<web::Data<AppState>>()
             .ok_or_else(|| ApiError::Unexpected(anyhow::anyhow!("application state missing")))?;
-        let active = oauth::introspect(state.store.as_ref(), &token)
-            .await
-            .map_err(|e| match e {
-                IntrospectError::Invalid => {
-                    ApiError::InvalidToken("the access token is invalid or revoked".to_owned())
-                }
-                IntrospectError::Expired => ApiError::TokenExpired,
-                IntrospectError::Suspended => ApiError::AccountSuspended,
-                IntrospectError::Store(e) => e.into(),
-            })?;
+        let store = state.store.as_ref();
+        let found = if with_friends_count {
+            oauth::tokens::introspect_with_friends_count(store, &token)
+                .await
+                .map(|(active, count)| (active, Some(count)))
+        } else {
+            oauth::introspect(store, &token)
+                .await
+                .map(|active| (active, None))
+        };
+        let (active, friends_count) = found.map_err(|e| match e {
+            IntrospectError::Invalid => {
+                ApiError::InvalidToken("the access token is invalid or revoked".to_owned())
+            }
+            IntrospectError::Expired => ApiError::TokenExpired,
+            IntrospectError::Suspended => ApiError::AccountSuspended,
+            IntrospectError::Store(e) => e.into(),
+        })?;
         let token_digest = crate::oauth::credentials::digest(&token);
         if let Err(wait) = state.rate_limits.check_api(&token_digest) {
             return Err(ApiError::RateLimited {
@@ -102,13 +116,14 @@ impl Principal {
             ));
         }
         state.grant_usage.record(&state.store, &active.grant_id);
-        Ok(Self {
+        let principal = Self {
             user: active.user,
             scopes: active.scopes,
             client_id: active.client_id,
             grant_id: active.grant_id,
             token_digest,
-        })
+        };
+        Ok((principal, friends_count))
     }
 }
 
@@ -117,6 +132,34 @@ impl FromRequest for Principal {
     type Future = Pin<Box<dyn Future<Output = Result<Self, Self::Error>>>>;
 
     fn from_request(req: &HttpRequest, payload: &mut Payload) -> Self::Future {
-        Box::pin(Self::authenticate(req.clone(), BodySlot::of(req, payload)))
+        let (req, body) = (req.clone(), BodySlot::of(req, payload));
+        Box::pin(async move {
+            let (principal, _) = Self::authenticate(req, body, false).await?;
+            Ok(principal)
+        })
+    }
+}
+
+/// A principal read together with the count of its user's friends, in the one
+/// statement that checks the token (what `/me` answers with). Its user row is
+/// read with it, so it is as fresh as the request.
+pub struct PrincipalWithFriendsCount {
+    pub principal: Principal,
+    pub friends_count: i64,
+}
+
+impl FromRequest for PrincipalWithFriendsCount {
+    type Error = ApiError;
+    type Future = Pin<Box<dyn Future<Output = Result<Self, Self::Error>>>>;
+
+    fn from_request(req: &HttpRequest, payload: &mut Payload) -> Self::Future {
+        let (req, body) = (req.clone(), BodySlot::of(req, payload));
+        Box::pin(async move {
+            let (principal, friends_count) = Principal::authenticate(req, body, true).await?;
+            Ok(Self {
+                principal,
+                friends_count: friends_count.unwrap_or_default(),
+            })
+        })
     }
 }

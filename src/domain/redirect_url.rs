@@ -1,5 +1,8 @@
+use super::text::{has_forbidden_control, Lines};
+use percent_encoding::percent_decode_str;
 use std::fmt;
-use url::Url;
+use std::net::{Ipv4Addr, Ipv6Addr};
+use url::{Host, Url};
 
 /// An app's Web Redirect URL: `http(s)://host/path`, optionally with a query, never
 /// with a fragment or credentials (RFC 6749 §3.1.2).
@@ -45,6 +48,75 @@ impl RedirectUrl {
     pub fn as_str(&self) -> &str {
         self.0.as_str()
     }
+
+    /// Whether an authorization request may send its answer to `given` instead
+    /// of this registered URL (SPEC §6): the same scheme, host and port, and a
+    /// path that is the registered one or below it at a segment boundary, as
+    /// GitHub applies it; no `.` or `..` segment, literal or percent-encoded;
+    /// no fragment. The query may differ. RFC 8252 §7.3: a registered
+    /// `http://127.0.0.1` or `http://[::1]` URL matches any port (native apps
+    /// listen on one the system picks); `localhost` does not, since it may
+    /// resolve elsewhere.
+    pub fn admits_override(&self, given: &str) -> Option<RedirectUrl> {
+        // The URL parser removes tabs and newlines and resolves dot segments,
+        // so the rule reads the text as given.
+        if has_forbidden_control(given, Lines::Single) || has_dot_segment(given.trim()) {
+            return None;
+        }
+        let candidate = RedirectUrl::parse(given).ok()?;
+        let (registered, url) = (&self.0, &candidate.0);
+        let loopback = registered.scheme() == "http"
+            && matches!(
+                registered.host(),
+                Some(Host::Ipv4(ip)) if ip == Ipv4Addr::LOCALHOST
+            )
+            || registered.scheme() == "http"
+                && matches!(registered.host(), Some(Host::Ipv6(ip)) if ip == Ipv6Addr::LOCALHOST);
+        let same_origin = registered.scheme() == url.scheme()
+            && registered.host() == url.host()
+            && (loopback || registered.port_or_known_default() == url.port_or_known_default());
+        (same_origin && path_within(registered.path(), url.path())).then_some(candidate)
+    }
+}
+
+/// `path` is `base` or below it at a segment boundary: `/cb` holds `/cb` and
+/// `/cb/done`, not `/cbx`.
+fn path_within(base: &str, path: &str) -> bool {
+    match path.strip_prefix(base) {
+        Some(rest) => rest.is_empty() || base.ends_with('/') || rest.starts_with('/'),
+        None => false,
+    }
+}
+
+/// Whether the path of a URL, as written, has a `.` or `..` segment, literal
+/// or percent-encoded (at any depth of encoding). Backslashes count as slashes,
+/// as browsers read them in http(s) URLs.
+fn has_dot_segment(raw: &str) -> bool {
+    let after_scheme = raw.split_once(':').map_or(raw, |(_, rest)| rest);
+    let after_slashes = after_scheme.trim_start_matches(['/', '\\']);
+    let Some(start) = after_slashes.find(['/', '\\', '?', '#']) else {
+        return false;
+    };
+    let from_path = &after_slashes[start..];
+    let path = from_path.split(['?', '#']).next().unwrap_or("");
+    path.split(['/', '\\']).any(|segment| {
+        let mut text = segment.to_owned();
+        // Each round removes one layer of encoding; a few are plenty.
+        for _ in 0..4 {
+            if text
+                .split(['/', '\\'])
+                .any(|part| part == "." || part == "..")
+            {
+                return true;
+            }
+            let decoded = percent_decode_str(&text).decode_utf8_lossy().into_owned();
+            if decoded == text {
+                return false;
+            }
+            text = decoded;
+        }
+        true
+    })
 }
 
 impl fmt::Display for RedirectUrl {
@@ -70,6 +142,159 @@ mod tests {
             ("https://u:p@example.com/cb", RedirectUrlError::Credentials),
         ] {
             assert_eq!(RedirectUrl::parse(bad), Err(error), "{bad}");
+        }
+    }
+
+    #[test]
+    fn an_override_keeps_the_origin_and_stays_below_the_registered_path() {
+        let table: &[(&str, &str, bool)] = &[
+            ("https://app.example/cb", "https://app.example/cb", true),
+            (
+                "https://app.example/cb",
+                "https://app.example/cb/done",
+                true,
+            ),
+            ("https://app.example/cb", "https://app.example/cb?x=1", true),
+            (
+                "https://app.example/cb?a=1",
+                "https://app.example/cb/x?b=2",
+                true,
+            ),
+            ("https://app.example/cb", "https://APP.example/cb", true),
+            ("https://app.example/cb", "https://app.example:443/cb", true),
+            ("https://app.example/", "https://app.example/anything", true),
+            ("https://app.example", "https://app.example/anything", true),
+            ("https://app.example/cb/", "https://app.example/cb/x", true),
+            ("https://app.example/cb", "https://app.example/cbx", false),
+            ("https://app.example/cb", "https://app.example/other", false),
+            ("https://app.example/cb", "https://app.example/", false),
+            ("https://app.example/cb/", "https://app.example/cb", false),
+            ("https://app.example/cb", "https://app.example/CB", false),
+            (
+                "https://app.example/cb",
+                "https://app.example/cb%2fx",
+                false,
+            ),
+            (
+                "https://app.example/cb",
+                "https://app.example/cb/../other",
+                false,
+            ),
+            (
+                "https://app.example/cb",
+                "https://app.example/cb/./x",
+                false,
+            ),
+            ("https://app.example/cb", "https://app.example/cb/..", false),
+            (
+                "https://app.example/cb",
+                "https://app.example/cb/%2e%2e/x",
+                false,
+            ),
+            (
+                "https://app.example/cb",
+                "https://app.example/cb/%2E./x",
+                false,
+            ),
+            (
+                "https://app.example/cb",
+                "https://app.example/cb/.%2e",
+                false,
+            ),
+            (
+                "https://app.example/cb",
+                "https://app.example/cb/%2e",
+                false,
+            ),
+            (
+                "https://app.example/cb",
+                "https://app.example/cb/%252e%252e/x",
+                false,
+            ),
+            (
+                "https://app.example/cb",
+                "https://app.example/cb/%2e%2e%2fx",
+                false,
+            ),
+            (
+                "https://app.example/cb",
+                "https://app.example/cb\\..\\x",
+                false,
+            ),
+            (
+                "https://app.example/cb",
+                "https://app.example/cb/a.b/..c",
+                true,
+            ),
+            (
+                "https://app.example/cb",
+                "https://app.example/cb/done#",
+                false,
+            ),
+            ("https://app.example/cb", "https://app.example/cb#x", false),
+            ("https://app.example/cb", "http://app.example/cb", false),
+            (
+                "https://app.example/cb",
+                "https://app.example:8443/cb",
+                false,
+            ),
+            ("https://app.example/cb", "https://evil.example/cb", false),
+            (
+                "https://app.example/cb",
+                "https://app.example.evil.example/cb",
+                false,
+            ),
+            ("https://app.example/cb", "https://u@app.example/cb", false),
+            (
+                "https://app.example/cb",
+                "https://app.example/cb/\tx",
+                false,
+            ),
+            ("https://app.example/cb", "/cb", false),
+            ("http://127.0.0.1/cb", "http://127.0.0.1:53127/cb", true),
+            ("http://127.0.0.1:8000/cb", "http://127.0.0.1:9/cb/x", true),
+            (
+                "http://127.0.0.1:8000/cb",
+                "http://127.0.0.1:9/other",
+                false,
+            ),
+            (
+                "http://127.0.0.1:8000/cb",
+                "https://127.0.0.1:8000/cb",
+                false,
+            ),
+            (
+                "http://127.0.0.1:8000/cb",
+                "http://127.0.0.2:8000/cb",
+                false,
+            ),
+            ("http://[::1]/cb", "http://[::1]:61000/cb", true),
+            ("http://[::1]:80/cb", "http://127.0.0.1:80/cb", false),
+            (
+                "http://localhost:8000/cb",
+                "http://localhost:9000/cb",
+                false,
+            ),
+            (
+                "http://localhost:8000/cb",
+                "http://localhost:8000/cb/x",
+                true,
+            ),
+            (
+                "https://127.0.0.1:8000/cb",
+                "https://127.0.0.1:9000/cb",
+                false,
+            ),
+        ];
+        for (registered, given, allowed) in table {
+            let Ok(registered) = RedirectUrl::parse(registered) else {
+                panic!("{registered} is a valid redirect URL");
+            };
+            assert_eq!(
+                registered.admits_override(given).is_some(),
+                *allowed,
+                "{registered} <- {given}"
+            );
         }
     }
 }

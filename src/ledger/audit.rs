@@ -53,8 +53,8 @@ pub enum Discrepancy {
     EntriesWithoutPayment { payment: String },
 }
 
-/// Payments the audit reads at a time: its memory is bounded by this, not by the
-/// size of the ledger.
+/// Payments the audit reads again at a time, of those SQL finds may disagree
+/// with their entries: its memory is bounded by this, not by the ledger.
 pub const PAYMENTS_PER_CHUNK: i64 = 10_000;
 
 pub async fn run(store: &dyn Store) -> Result<AuditReport, StoreError> {
@@ -170,7 +170,7 @@ fn expected_flows(p: &AuditPayment) -> BTreeMap<String, i64> {
     flows
 }
 
-/// Checks one chunk of payments against their entries.
+/// Checks one chunk of payments against their entries, and words what differs.
 fn reconcile_payments(chunk: AuditChunk, discrepancies: &mut Vec<Discrepancy>) {
     let AuditChunk {
         payments,

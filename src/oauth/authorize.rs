@@ -3,7 +3,9 @@
 
 use super::credentials::{self, CredentialKind};
 use super::tokens::{self, CLIENT_SIDE_TTL};
-use crate::domain::{new_id, now_micros, RedirectUrl, ScopeError, ScopeSet};
+use crate::domain::{
+    has_forbidden_control, new_id, now_micros, Lines, RedirectUrl, ScopeError, ScopeSet,
+};
 use crate::store::{App, NewCode, NewGrant, Store, StoreError};
 use std::time::Duration;
 use url::Url;
@@ -22,6 +24,84 @@ pub struct AuthorizeParams {
     pub code_challenge: Option<String>,
     pub code_challenge_method: Option<String>,
     pub prompt: Option<String>,
+    /// Recognized parameters given more than once (SPEC §6), in order.
+    pub repeated: Vec<&'static str>,
+    /// Parameters, known or not, whose name or value holds a control
+    /// character (SPEC §2), in order.
+    pub with_controls: Vec<String>,
+}
+
+/// The parameters the authorization endpoint reads; any other is ignored.
+const RECOGNIZED: &[&str] = &[
+    "client_id",
+    "scope",
+    "redirect_uri",
+    "response_type",
+    "state",
+    "code_challenge",
+    "code_challenge_method",
+    "prompt",
+];
+
+impl AuthorizeParams {
+    /// Reads the parameters in the order sent, noting repeats and control
+    /// characters for `validate` to answer in the right place.
+    pub fn from_pairs<K, V>(pairs: impl IntoIterator<Item = (K, V)>) -> Self
+    where
+        K: AsRef<str>,
+        V: Into<String>,
+    {
+        let mut params = Self::default();
+        for (name, value) in pairs {
+            let (name, value) = (name.as_ref(), value.into());
+            if has_forbidden_control(name, Lines::Single)
+                || has_forbidden_control(&value, Lines::Single)
+            {
+                params.with_controls.push(name.to_owned());
+            }
+            let Some(known) = RECOGNIZED.iter().copied().find(|k| *k == name) else {
+                continue;
+            };
+            let slot = match known {
+                "client_id" => &mut params.client_id,
+                "scope" => &mut params.scope,
+                "redirect_uri" => &mut params.redirect_uri,
+                "response_type" => &mut params.response_type,
+                "state" => &mut params.state,
+                "code_challenge" => &mut params.code_challenge,
+                "code_challenge_method" => &mut params.code_challenge_method,
+                _ => &mut params.prompt,
+            };
+            if slot.is_some() {
+                if !params.repeated.contains(&known) {
+                    params.repeated.push(known);
+                }
+            } else {
+                *slot = Some(value);
+            }
+        }
+        params
+    }
+
+    /// Whether `name` cannot be read: given twice, or holding a control
+    /// character.
+    fn unreadable(&self, name: &str) -> bool {
+        self.repeated.contains(&name) || self.with_controls.iter().any(|n| n == name)
+    }
+
+    /// What is wrong with the parameters other than `client_id` and
+    /// `redirect_uri`, if anything.
+    fn problem(&self) -> Option<String> {
+        if let Some(name) = self.repeated.first() {
+            return Some(format!("parameter {name} is given more than once"));
+        }
+        self.with_controls.first().map(|name| {
+            format!(
+                "parameter {} holds a control character",
+                name.escape_debug()
+            )
+        })
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,6 +110,16 @@ pub enum Flow {
     Token,
     /// `response_type=code`: a code to exchange (server-side).
     Code,
+}
+
+impl Flow {
+    /// The `response_type` that asks for it.
+    pub const fn response_type(self) -> &'static str {
+        match self {
+            Self::Token => "token",
+            Self::Code => "code",
+        }
+    }
 }
 
 /// A request whose client and redirect URL are trustworthy.
@@ -53,14 +143,7 @@ impl ValidRequest {
         let mut fields = vec![
             ("client_id", self.app.client_id.clone()),
             ("scope", self.scopes.to_string()),
-            (
-                "response_type",
-                match self.flow {
-                    Flow::Token => "token",
-                    Flow::Code => "code",
-                }
-                .to_owned(),
-            ),
+            ("response_type", self.flow.response_type().to_owned()),
         ];
         if let Some(uri) = &self.redirect_uri_given {
             fields.push(("redirect_uri", uri.clone()));
@@ -82,8 +165,13 @@ pub enum Validation {
     /// Client or redirect URL cannot be trusted: show an error page and never
     /// redirect (RFC 6749 §4.1.2.1).
     ErrorPage(String),
-    /// Tell the app through its redirect URL.
-    RedirectError(Url),
+    /// Tell the app through its redirect URL, but only a signed-in user: a
+    /// browser without a session is shown the sign-in page first, naming the
+    /// app, so Tally is no open redirector (RFC 9700 §4.11.2).
+    RedirectError {
+        app_name: String,
+        url: Url,
+    },
     Valid(Box<ValidRequest>),
 }
 
@@ -94,6 +182,13 @@ pub async fn validate(
     params: &AuthorizeParams,
     issuer: &str,
 ) -> Result<Validation, StoreError> {
+    // Checked before the look-up: a control character never reaches the
+    // database, and a repeated client_id leaves no app to trust.
+    if params.unreadable("client_id") {
+        return Ok(Validation::ErrorPage(
+            "The request's client_id is given more than once or holds a control character.".into(),
+        ));
+    }
     let Some(client_id) = params.client_id.as_deref().filter(|c| !c.is_empty()) else {
         return Ok(Validation::ErrorPage(
             "The request names no app (client_id is missing).".into(),
@@ -113,6 +208,12 @@ pub async fn validate(
             "This app has no valid Web Redirect URL, so it cannot ask for authorization.".into(),
         ));
     };
+    if params.unreadable("redirect_uri") {
+        return Ok(Validation::ErrorPage(
+            "The request's redirect_uri is given more than once or holds a control character."
+                .into(),
+        ));
+    }
     let redirect = match params.redirect_uri.as_deref().filter(|u| !u.is_empty()) {
         None => registered.url().clone(),
         Some(given) => match allowed_override(&registered, given) {
@@ -124,16 +225,20 @@ pub async fn validate(
             }
         },
     };
-    let state = params.state.clone().filter(|s| !s.is_empty());
+    // A state that cannot be read is not echoed: which copy would be the app's?
+    let state = params
+        .state
+        .clone()
+        .filter(|s| !s.is_empty() && !params.unreadable("state"));
     let fail = |error: &str, description: &str| {
-        Ok(Validation::RedirectError(error_redirect(
-            &redirect,
-            error,
-            description,
-            state.as_deref(),
-            issuer,
-        )))
+        Ok(Validation::RedirectError {
+            app_name: app.name.clone(),
+            url: error_redirect(&redirect, error, description, state.as_deref(), issuer),
+        })
     };
+    if let Some(problem) = params.problem() {
+        return fail("invalid_request", &problem);
+    }
     let flow = match params.response_type.as_deref().unwrap_or("token") {
         "token" | "" => Flow::Token,
         "code" => Flow::Code,
@@ -167,9 +272,9 @@ pub async fn validate(
         }
     };
     Ok(Validation::Valid(Box::new(ValidRequest {
+        redirect_uri_given: params.redirect_uri.clone().filter(|u| !u.is_empty()),
         app,
         redirect,
-        redirect_uri_given: params.redirect_uri.clone().filter(|u| !u.is_empty()),
         scopes,
         flow,
         state,
@@ -193,19 +298,16 @@ const RESPONSE_PARAMETERS: &[&str] = &[
     "error_description",
 ];
 
-/// The override policy: same scheme, host and port as the registered URL, no
-/// fragment; path and query may differ, but the query may not carry the
-/// parameters of the response.
+/// The override policy (SPEC §6): `RedirectUrl::admits_override` (origin,
+/// path, dot segments, fragment), and a query free of the response's
+/// parameters.
 fn allowed_override(registered: &RedirectUrl, given: &str) -> Option<Url> {
-    let given = RedirectUrl::parse(given).ok()?;
-    let (a, b) = (registered.url(), given.url());
-    let same_origin = a.scheme() == b.scheme()
-        && a.host_str() == b.host_str()
-        && a.port_or_known_default() == b.port_or_known_default();
-    let clean_query = !b
+    let given = registered.admits_override(given)?;
+    let clean_query = !given
+        .url()
         .query_pairs()
         .any(|(name, _)| RESPONSE_PARAMETERS.contains(&name.as_ref()));
-    (same_origin && clean_query).then(|| b.clone())
+    clean_query.then(|| given.url().clone())
 }
 
 /// RFC 7636 §4.1: 43 to 128 characters of the unreserved set.
@@ -216,8 +318,9 @@ pub fn is_pkce_value(value: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~'))
 }
 
-/// Whether the user must be asked: consent is remembered per user, app and
-/// exact scope set.
+/// Whether the user must be asked: consent is remembered per user, app, exact
+/// scope set and response type, so a consent to the code flow never hands out
+/// a token in a URL.
 pub async fn needs_consent(
     store: &dyn Store,
     user_id: &str,
@@ -227,7 +330,12 @@ pub async fn needs_consent(
         return Ok(true);
     }
     Ok(!store
-        .has_consent(user_id, &request.app.client_id, &request.scopes.to_string())
+        .has_consent(
+            user_id,
+            &request.app.client_id,
+            &request.scopes.to_string(),
+            request.flow.response_type(),
+        )
         .await?)
 }
 
@@ -243,7 +351,13 @@ pub async fn approve(
     let now = now_micros();
     let scopes = request.scopes.to_string();
     store
-        .insert_consent(user_id, &request.app.client_id, &scopes, now)
+        .insert_consent(
+            user_id,
+            &request.app.client_id,
+            &scopes,
+            request.flow.response_type(),
+            now,
+        )
         .await?;
     let mut redirect = request.redirect.clone();
     match request.flow {
@@ -253,7 +367,7 @@ pub async fn approve(
                 user_id,
                 Some(&request.app.client_id),
                 &request.scopes,
-                "token",
+                Flow::Token.response_type(),
                 CLIENT_SIDE_TTL,
             )
             .await?;
@@ -271,7 +385,7 @@ pub async fn approve(
                 user_id: user_id.to_owned(),
                 client_id: Some(request.app.client_id.clone()),
                 scopes,
-                flow: "code",
+                flow: Flow::Code.response_type(),
                 created_at: now,
             };
             store

@@ -5,7 +5,7 @@ use super::credentials::{self, IssuedCredential};
 use super::tokens::{self, REFRESH_TTL, SERVER_SIDE_TTL};
 use crate::domain::{now_micros, ScopeSet};
 use crate::store::{
-    App, CodeRecord, CodeUse, RefreshUse, Store, StoreError, TokenKind, User, UserKey,
+    App, CodeRecord, CodeUse, NewToken, RefreshUse, Store, StoreError, TokenKind, User, UserKey,
 };
 use base64::Engine;
 use sha2::{Digest, Sha256};
@@ -20,8 +20,8 @@ pub enum GrantRequest {
     },
     RefreshToken {
         refresh_token: String,
-        /// RFC 6749 §6: may not exceed what was granted. The new tokens carry
-        /// the grant's scopes (the answer's `scope` says which).
+        /// RFC 6749 §6: may not exceed what was granted; when given, the new
+        /// access token carries exactly these scopes (the answer's `scope`).
         scope: Option<ScopeSet>,
     },
 }
@@ -63,15 +63,27 @@ pub async fn authenticate_client(
     client_id: &str,
     secret: &str,
 ) -> Result<App, GrantError> {
+    let app = store.find_app(client_id).await?;
+    check_client(
+        app.as_ref()
+            .map(|a| (a.secret_digest.as_str(), a.suspended)),
+        secret,
+    )?;
+    app.ok_or_else(|| GrantError::InvalidClient("client authentication failed".to_owned()))
+}
+
+/// Whether `secret` authenticates an app found with this secret digest and
+/// suspended flag (`None`: no such app).
+pub fn check_client(app: Option<(&str, bool)>, secret: &str) -> Result<(), GrantError> {
     let refused = || GrantError::InvalidClient("client authentication failed".to_owned());
-    let app = store.find_app(client_id).await?.ok_or_else(refused)?;
-    if !credentials::matches(secret, &app.secret_digest) {
+    let (secret_digest, suspended) = app.ok_or_else(refused)?;
+    if !credentials::matches(secret, secret_digest) {
         return Err(refused());
     }
-    if app.suspended {
+    if suspended {
         return Err(GrantError::InvalidClient("the app is suspended".to_owned()));
     }
-    Ok(app)
+    Ok(())
 }
 
 /// What a successful grant hands out.
@@ -133,12 +145,22 @@ pub async fn exchange(
             refresh_token,
             scope,
         } => {
+            // RFC 6749 §6: the new access token carries the narrower scope
+            // asked for; the new refresh token keeps the presented one's.
+            let access_row = NewToken {
+                scopes: scope.as_ref().map(ScopeSet::to_string),
+                ..access_row
+            };
             let digest = credentials::digest(&refresh_token);
-            if let Some(requested) = scope {
-                // Checked before the token is spent, so a refused request
-                // leaves it usable. An unknown token fails below as usual.
-                if let Some(record) = store.find_token(&digest).await? {
-                    let granted = ScopeSet::parse(&record.scopes).map_err(|e| {
+            if let Some(requested) = &scope {
+                // Compared only for a token the rotation would spend, so a
+                // foreign or dead one gets the same invalid_grant as without a
+                // scope, learning nothing; a refused request leaves it usable.
+                if let Some(granted) = store
+                    .live_refresh_token_scopes(&digest, &app.client_id, now)
+                    .await?
+                {
+                    let granted = ScopeSet::parse(&granted).map_err(|e| {
                         StoreError::Unexpected(anyhow::anyhow!("stored scopes unreadable: {e}"))
                     })?;
                     if !requested.is_subset(&granted) {
@@ -152,16 +174,21 @@ pub async fn exchange(
                 .rotate_refresh_token(&digest, &app.client_id, now, &[access_row, refresh_row])
                 .await?
             {
-                RefreshUse::Rotated(grant) => (grant.user_id, grant.scopes),
+                RefreshUse::Rotated(grant) => (
+                    grant.user_id,
+                    scope.as_ref().map_or(grant.scopes, ScopeSet::to_string),
+                ),
                 RefreshUse::Replayed => {
                     return Err(GrantError::InvalidGrant(
                         "the refresh token was already used; its whole family is revoked".into(),
                     ))
                 }
                 RefreshUse::Invalid => {
+                    // The same words whatever the reason: nothing about whose
+                    // token it is, or what it holds.
                     return Err(GrantError::InvalidGrant(
-                        "the refresh token is unknown, expired or revoked".into(),
-                    ))
+                        "the refresh token is unknown, expired, revoked or another client's".into(),
+                    ));
                 }
             }
         }

@@ -6,6 +6,7 @@ pub mod authorize;
 pub mod clients;
 pub mod credentials;
 pub mod grants;
+pub mod introspection_cache;
 pub mod throttle;
 pub mod tokens;
 

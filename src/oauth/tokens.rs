@@ -2,9 +2,11 @@
 //! to validate a bearer token (SPEC §6), and what `POST /oauth/introspect` serves.
 
 use super::credentials::{self, CredentialKind, IssuedCredential};
+use super::grants::{check_client, GrantError};
+use super::introspection_cache::IntrospectionCache;
 use crate::domain::{new_id, now_micros, ScopeSet};
-use crate::store::{NewGrant, NewToken, Store, StoreError, TokenKind, User};
-use std::time::Duration;
+use crate::store::{NewGrant, NewToken, Store, StoreError, TokenKind, TokenRecord, User};
+use std::time::{Duration, Instant};
 
 /// Client-side (implicit) access tokens live 30 minutes.
 pub const CLIENT_SIDE_TTL: Duration = Duration::from_secs(30 * 60);
@@ -26,6 +28,7 @@ pub(crate) fn mint(kind: TokenKind, now: i64, ttl: Duration) -> (IssuedCredentia
     let row = NewToken {
         digest: credential.digest.clone(),
         kind,
+        scopes: None,
         created_at: now,
         expires_at: now.saturating_add(micros(ttl)),
     };
@@ -91,22 +94,92 @@ pub enum IntrospectError {
     Store(#[from] StoreError),
 }
 
+/// The kind a presented token claims by its prefix; `None` when malformed.
+fn claimed_kind(token: &str) -> Option<TokenKind> {
+    if token.starts_with(CredentialKind::AccessToken.prefix()) {
+        Some(TokenKind::Access)
+    } else if token.starts_with(CredentialKind::RefreshToken.prefix()) {
+        Some(TokenKind::Refresh)
+    } else {
+        None
+    }
+}
+
 /// Checks a presented token. Malformed tokens are refused without a look-up.
 #[tracing::instrument(skip_all)]
 pub async fn introspect(store: &dyn Store, token: &str) -> Result<ActiveToken, IntrospectError> {
-    let kind = if token.starts_with(CredentialKind::AccessToken.prefix()) {
-        TokenKind::Access
-    } else if token.starts_with(CredentialKind::RefreshToken.prefix()) {
-        TokenKind::Refresh
-    } else {
-        return Err(IntrospectError::Invalid);
-    };
+    let kind = claimed_kind(token).ok_or(IntrospectError::Invalid)?;
     // The primary key is the digest itself, so the look-up compares digests in
     // the index; nothing secret is compared byte by byte here.
+    let record = store.find_token(&credentials::digest(token)).await?;
+    check(kind, record)
+}
+
+/// `introspect`, with the count of the user's friends read in the same
+/// statement (for `/me`).
+#[tracing::instrument(skip_all)]
+pub async fn introspect_with_friends_count(
+    store: &dyn Store,
+    token: &str,
+) -> Result<(ActiveToken, i64), IntrospectError> {
+    let kind = claimed_kind(token).ok_or(IntrospectError::Invalid)?;
     let record = store
-        .find_token(&credentials::digest(token))
-        .await?
-        .ok_or(IntrospectError::Invalid)?;
+        .find_token_with_friends_count(&credentials::digest(token))
+        .await?;
+    let friends_count = record
+        .as_ref()
+        .and_then(|r| r.friends_count)
+        .unwrap_or_default();
+    Ok((check(kind, record)?, friends_count))
+}
+
+/// What `POST /oauth/introspect` finds: the calling app authenticated, and the
+/// token checked, read together in one statement.
+#[tracing::instrument(skip_all)]
+pub async fn introspect_for_client(
+    store: &dyn Store,
+    cache: &IntrospectionCache,
+    client_id: &str,
+    client_secret: &str,
+    token: &str,
+) -> Result<Result<ActiveToken, IntrospectError>, GrantError> {
+    // A malformed token cannot match a digest: the look-up still authenticates
+    // the caller, and the token then is just inactive.
+    let kind = claimed_kind(token);
+    let digest = credentials::digest(token);
+    let epoch = store.revocation_epoch();
+    let (client, record) = match cache.get(client_id, &digest, epoch) {
+        Some(remembered) => (
+            Some(remembered.client.clone()),
+            Some(remembered.token.clone()),
+        ),
+        None => {
+            let read_at = Instant::now();
+            match store.find_client_and_token(client_id, &digest).await? {
+                Some((client, Some(record))) => {
+                    cache.put(client.clone(), &digest, record.clone(), read_at, epoch);
+                    (Some(client), Some(record))
+                }
+                Some((client, None)) => (Some(client), None),
+                None => (None, None),
+            }
+        }
+    };
+    check_client(
+        client
+            .as_ref()
+            .map(|c| (c.secret_digest.as_str(), c.suspended)),
+        client_secret,
+    )?;
+    Ok(match kind {
+        Some(kind) => check(kind, record),
+        None => Err(IntrospectError::Invalid),
+    })
+}
+
+/// Whether a token found (or not) under a presented token's digest is alive.
+fn check(kind: TokenKind, record: Option<TokenRecord>) -> Result<ActiveToken, IntrospectError> {
+    let record = record.ok_or(IntrospectError::Invalid)?;
     if record.revoked || record.token_kind != kind.as_str() {
         return Err(IntrospectError::Invalid);
     }

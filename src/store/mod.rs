@@ -16,10 +16,10 @@ pub use oauth::*;
 pub use pages::*;
 pub use payments::{
     kinds, DuePayment, IdempotencyKey, InsertOutcome, Move, Payment, PaymentFilter, PaymentInsert,
-    PaymentStore, Transition, TransitionOutcome, UserSearch,
+    PaymentStore, Settlement, StoredIdempotencyKey, Transition, TransitionOutcome, UserSearch,
 };
 pub use postgres::PgStore;
-pub use sqlite::SqliteStore;
+pub use sqlite::{SqliteStore, PAGE_LIMIT_FILE_VARIABLE as SQLITE_PAGE_LIMIT_FILE_VARIABLE};
 
 use crate::config::DatabaseUrl;
 use async_trait::async_trait;
@@ -45,8 +45,18 @@ pub trait Store: OAuthStore + PaymentStore + PagesStore + Send + Sync + 'static 
     /// Applies pending migrations (safe to call from several processes at once).
     async fn migrate(&self) -> Result<(), StoreError>;
 
-    /// Checks that the database answers.
+    /// Checks that the database answers and, on SQLite, that the writer can
+    /// write.
     async fn ping(&self) -> Result<(), StoreError>;
+
+    /// Writes a consistent copy of the whole database to a new file at `path`
+    /// while others keep reading and writing. SQLite only: a PostgreSQL store
+    /// answers `None` (back it up with pg_dump).
+    async fn backup_into(&self, path: &str) -> Result<Option<()>, StoreError>;
+
+    /// Changes whenever this store has committed a revocation of a token or
+    /// grant, a suspension or an app secret change.
+    fn revocation_epoch(&self) -> u64;
 
     /// Returns the stored value of a server setting, storing `candidate` first if
     /// there is none yet. Racing callers all get the one value that won.
@@ -81,15 +91,42 @@ pub trait Store: OAuthStore + PaymentStore + PagesStore + Send + Sync + 'static 
     /// ledger entries in one transaction. Returns the new balance in cents.
     async fn deposit(&self, movement: &Movement) -> Result<i64, StoreError>;
 
-    /// A consistent snapshot for the audit: the account-level figures, and every
-    /// payment with its ledger entries handed to `each` up to `chunk` payments at
-    /// a time in id order, all read in one transaction so the ledger is never
-    /// held in memory at once.
+    /// A consistent snapshot for the audit: the account-level figures, and the
+    /// payments that may disagree with their ledger entries or refunds (found in
+    /// SQL; see `sql::AUDIT_SUSPECTS`) with their entries, handed to `each` up to
+    /// `chunk` payments at a time in id order, all read in one transaction so the
+    /// ledger is never held in memory at once.
     async fn audit_snapshot(
         &self,
         chunk: i64,
         each: &mut (dyn FnMut(AuditChunk) + Send),
     ) -> Result<AuditSnapshot, StoreError>;
+}
+
+/// Counts the revocations, suspensions and secret changes this process has
+/// committed, so that what was read before one of them is known to be stale
+/// (the introspection cache). Bumped after the commit: a read that started
+/// before it may have seen the old rows, and then sees another count.
+#[derive(Default)]
+pub struct RevocationEpoch(std::sync::atomic::AtomicU64);
+
+impl RevocationEpoch {
+    pub fn current(&self) -> u64 {
+        self.0.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    fn bump(&self) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+    }
+}
+
+/// A pool size of `per_core` connections for each core, within `min..=max`.
+fn connections_per_core(per_core: u32, min: u32, max: u32) -> u32 {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    u32::try_from(cores)
+        .unwrap_or(u32::MAX)
+        .saturating_mul(per_core)
+        .clamp(min, max)
 }
 
 /// Opens the database the URL names, creating an SQLite file if missing.

@@ -38,6 +38,9 @@ impl TokenKind {
 pub struct NewToken {
     pub digest: String,
     pub kind: TokenKind,
+    /// The token's own scopes when narrower than its grant's (a refresh that
+    /// asked for less, RFC 6749 §6); `None`: the grant's.
+    pub scopes: Option<String>,
     pub created_at: i64,
     pub expires_at: i64,
 }
@@ -77,6 +80,21 @@ pub struct TokenRecord {
     pub client_id: Option<String>,
     pub scopes: String,
     pub app_suspended: bool,
+    /// Read only by `find_token_with_friends_count` (for `/me`).
+    #[sqlx(default)]
+    pub friends_count: Option<i64>,
+}
+
+/// The app that calls the introspection endpoint, as far as authenticating it
+/// needs.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct IntrospectingClient {
+    #[sqlx(rename = "caller_client_id")]
+    pub client_id: String,
+    #[sqlx(rename = "caller_secret_digest")]
+    pub secret_digest: String,
+    #[sqlx(rename = "caller_suspended")]
+    pub suspended: bool,
 }
 
 /// A code taken for exchange.
@@ -128,17 +146,21 @@ pub enum RefreshUse {
 
 #[async_trait]
 pub trait OAuthStore: Send + Sync {
+    /// Whether the user allowed the app these exact scopes for this response
+    /// type (`token` or `code`).
     async fn has_consent(
         &self,
         user_id: &str,
         client_id: &str,
         scopes: &str,
+        response_type: &str,
     ) -> Result<bool, StoreError>;
     async fn insert_consent(
         &self,
         user_id: &str,
         client_id: &str,
         scopes: &str,
+        response_type: &str,
         at: i64,
     ) -> Result<(), StoreError>;
 
@@ -177,7 +199,29 @@ pub trait OAuthStore: Send + Sync {
         successors: &[NewToken],
     ) -> Result<RefreshUse, StoreError>;
 
+    /// The scopes of the grant behind a refresh token that `rotate_refresh_token`
+    /// would spend (of `client_id`, unspent, unrevoked, unexpired, its grant
+    /// live); `None` for any other token, so nothing is learnt of those.
+    async fn live_refresh_token_scopes(
+        &self,
+        digest: &str,
+        client_id: &str,
+        now: i64,
+    ) -> Result<Option<String>, StoreError>;
+
     async fn find_token(&self, digest: &str) -> Result<Option<TokenRecord>, StoreError>;
+    /// `find_token` with the count of the user's friends, in the same statement.
+    async fn find_token_with_friends_count(
+        &self,
+        digest: &str,
+    ) -> Result<Option<TokenRecord>, StoreError>;
+    /// The calling app and the token it asks about, in one statement: `None`
+    /// when there is no such app; the token is `None` when unknown.
+    async fn find_client_and_token(
+        &self,
+        client_id: &str,
+        digest: &str,
+    ) -> Result<Option<(IntrospectingClient, Option<TokenRecord>)>, StoreError>;
 
     /// Revokes one token; a refresh token takes its whole family with it. When
     /// `client_id` is given, only a token of that client is revoked. Returns
@@ -214,24 +258,55 @@ pub trait OAuthStore: Send + Sync {
     ) -> Result<(), StoreError>;
 }
 
-/// The SQL that reads a token with its grant, user and app.
-pub(crate) fn token_query() -> String {
+/// The SQL that reads a token (digest `$n`) with its grant, user and app, and,
+/// if asked, the user's friend count.
+fn token_select(digest_param: u8, with_friends_count: bool) -> String {
     let user_columns: Vec<String> = super::sql::USER_COLUMNS
         .split(',')
         .map(|c| format!("u.{}", c.trim()))
         .collect();
+    let friends_count = if with_friends_count {
+        ", (SELECT CAST(COUNT(*) AS BIGINT) FROM friendships f WHERE f.user_id = u.id) \
+         AS friends_count"
+    } else {
+        ""
+    };
     format!(
         "SELECT {}, t.kind AS token_kind, t.expires_at, t.created_at, \
          (t.revoked_at IS NOT NULL OR g.revoked_at IS NOT NULL) AS revoked, \
-         g.id AS grant_id, g.client_id, g.scopes, \
-         COALESCE(a.suspended, FALSE) AS app_suspended \
+         g.id AS grant_id, g.client_id, COALESCE(t.scopes, g.scopes) AS scopes, \
+         COALESCE(a.suspended, FALSE) AS app_suspended{friends_count} \
          FROM oauth_tokens t \
          JOIN oauth_grants g ON g.id = t.grant_id \
          JOIN users u ON u.id = g.user_id \
          LEFT JOIN apps a ON a.client_id = g.client_id \
-         WHERE t.digest = $1",
+         WHERE t.digest = ${digest_param}",
         user_columns.join(", ")
     )
+}
+
+/// The token queries, built once.
+pub(crate) struct TokenQueries {
+    pub token: String,
+    pub token_with_friends_count: String,
+    pub client_and_token: String,
+}
+
+pub(crate) fn token_queries() -> &'static TokenQueries {
+    static QUERIES: std::sync::OnceLock<TokenQueries> = std::sync::OnceLock::new();
+    QUERIES.get_or_init(|| TokenQueries {
+        token: token_select(1, false),
+        token_with_friends_count: token_select(1, true),
+        // The caller's row, and the token's columns beside it (NULL when the
+        // token is unknown).
+        client_and_token: format!(
+            "SELECT c.client_id AS caller_client_id, c.secret_digest AS caller_secret_digest, \
+             c.suspended AS caller_suspended, tok.* \
+             FROM apps c LEFT JOIN ({}) tok ON TRUE \
+             WHERE c.client_id = $1",
+            token_select(2, false)
+        ),
+    })
 }
 
 macro_rules! impl_oauth_store {
@@ -244,14 +319,17 @@ macro_rules! impl_oauth_store {
                 user_id: &str,
                 client_id: &str,
                 scopes: &str,
+                response_type: &str,
             ) -> Result<bool, StoreError> {
                 Ok(sqlx::query_scalar(
                     "SELECT EXISTS (SELECT 1 FROM oauth_consents \
-                     WHERE user_id = $1 AND client_id = $2 AND scopes = $3)",
+                     WHERE user_id = $1 AND client_id = $2 AND scopes = $3 \
+                     AND response_type = $4)",
                 )
                 .bind(user_id)
                 .bind(client_id)
                 .bind(scopes)
+                .bind(response_type)
                 .fetch_one(self.reader())
                 .await?)
             }
@@ -262,16 +340,19 @@ macro_rules! impl_oauth_store {
                 user_id: &str,
                 client_id: &str,
                 scopes: &str,
+                response_type: &str,
                 at: i64,
             ) -> Result<(), StoreError> {
                 let mut tx = self.write().await?;
                 sqlx::query(
-                    "INSERT INTO oauth_consents (user_id, client_id, scopes, created_at) \
-                     VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",
+                    "INSERT INTO oauth_consents \
+                     (user_id, client_id, scopes, response_type, created_at) \
+                     VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",
                 )
                 .bind(user_id)
                 .bind(client_id)
                 .bind(scopes)
+                .bind(response_type)
                 .bind(at)
                 .execute(&mut *tx)
                 .await?;
@@ -394,6 +475,9 @@ macro_rules! impl_oauth_store {
                     }
                 };
                 tx.commit().await?;
+                if matches!(outcome, CodeUse::Replayed) {
+                    self.revocations.bump();
+                }
                 Ok(outcome)
             }
 
@@ -405,63 +489,201 @@ macro_rules! impl_oauth_store {
                 now: i64,
                 successors: &[NewToken],
             ) -> Result<RefreshUse, StoreError> {
-                let mut tx = self.write().await?;
-                let spent: Option<String> = sqlx::query_scalar(
-                    "UPDATE oauth_tokens SET used_at = $2 \
-                     WHERE digest = $1 AND kind = 'refresh' AND used_at IS NULL \
-                     AND revoked_at IS NULL AND expires_at > $2 \
-                     AND grant_id IN (SELECT id FROM oauth_grants \
-                                      WHERE client_id = $3 AND revoked_at IS NULL) \
-                     RETURNING grant_id",
-                )
-                .bind(digest)
-                .bind(now)
-                .bind(client_id)
-                .fetch_optional(&mut *tx)
-                .await?;
-                let outcome = match spent {
-                    Some(grant_id) => {
-                        for token in successors {
-                            insert_token(&mut tx, &grant_id, token).await?;
-                        }
-                        let grant = sqlx::query_as::<_, Grant>(
-                            "SELECT id, user_id, client_id, scopes, flow, created_at, \
-                             last_used_at, revoked_at FROM oauth_grants WHERE id = $1",
+                // The guarded spend, the successors (one multi-row insert) and
+                // the grant, sent at once: on PostgreSQL one statement (its own
+                // transaction, one round trip); on SQLite one batch inside
+                // `BEGIN IMMEDIATE`, rolled back when nothing was spent.
+                let grant_columns = "g.id, g.user_id, g.client_id, g.scopes, g.flow, \
+                                     g.created_at, g.last_used_at, g.revoked_at";
+                let spend = |query: &mut sqlx::QueryBuilder<'_, Backend>| {
+                    query
+                        .push("UPDATE oauth_tokens SET used_at = ")
+                        .push_bind(now)
+                        .push(" WHERE digest = ")
+                        .push_bind(digest.to_owned())
+                        .push(
+                            " AND kind = 'refresh' AND used_at IS NULL \
+                             AND revoked_at IS NULL AND expires_at > ",
                         )
-                        .bind(&grant_id)
-                        .fetch_one(&mut *tx)
-                        .await?;
-                        RefreshUse::Rotated(grant)
+                        .push_bind(now)
+                        .push(
+                            " AND grant_id IN (SELECT id FROM oauth_grants \
+                             WHERE client_id = ",
+                        )
+                        .push_bind(client_id.to_owned())
+                        .push(" AND revoked_at IS NULL)");
+                };
+                let successor_values = |query: &mut sqlx::QueryBuilder<'_, Backend>| {
+                    query.push("(VALUES ");
+                    for (i, token) in successors.iter().enumerate() {
+                        query
+                            .push(if i == 0 { "(" } else { ", (" })
+                            .push_bind(token.digest.clone())
+                            .push(", ")
+                            .push_bind(token.kind.as_str())
+                            .push(", ")
+                            .push_bind(token.scopes.clone())
+                            .push(", ")
+                            .push_bind(token.created_at)
+                            .push(", ")
+                            .push_bind(token.expires_at)
+                            .push(")");
+                    }
+                    query.push(")");
+                };
+                let mut query = sqlx::QueryBuilder::<Backend>::new("");
+                let spent = match self.statement_pool() {
+                    Some(pool) => {
+                        query.push("WITH spent AS (");
+                        spend(&mut query);
+                        query.push(" RETURNING grant_id)");
+                        if !successors.is_empty() {
+                            query.push(
+                                ", issued AS (INSERT INTO oauth_tokens \
+                                 (digest, grant_id, kind, scopes, created_at, expires_at) \
+                                 SELECT t.digest, spent.grant_id, t.kind, t.scopes, \
+                                 t.created_at, t.expires_at FROM spent CROSS JOIN ",
+                            );
+                            successor_values(&mut query);
+                            query.push(" AS t (digest, kind, scopes, created_at, expires_at))");
+                        }
+                        query.push(format!(
+                            " SELECT {grant_columns} FROM oauth_grants g \
+                             JOIN spent ON spent.grant_id = g.id"
+                        ));
+                        query.build_query_as::<Grant>().fetch_optional(pool).await?
                     }
                     None => {
-                        let used: Option<(String, Option<i64>)> = sqlx::query_as(
-                            "SELECT t.grant_id, t.used_at FROM oauth_tokens t \
-                             JOIN oauth_grants g ON g.id = t.grant_id \
-                             WHERE t.digest = $1 AND t.kind = 'refresh' AND g.client_id = $2",
-                        )
-                        .bind(digest)
-                        .bind(client_id)
-                        .fetch_optional(&mut *tx)
-                        .await?;
-                        match used {
-                            Some((grant_id, Some(_))) => {
-                                revoke_grant(&mut tx, &grant_id, now).await?;
-                                RefreshUse::Replayed
+                        spend(&mut query);
+                        // changes(): the rows the spend just changed.
+                        query
+                            .push(format!(
+                                "; SELECT {grant_columns} FROM oauth_grants g \
+                                 JOIN oauth_tokens t ON t.grant_id = g.id \
+                                 WHERE changes() = 1 AND t.digest = "
+                            ))
+                            .push_bind(digest.to_owned());
+                        if !successors.is_empty() {
+                            query.push(
+                                "; INSERT INTO oauth_tokens \
+                                 (digest, grant_id, kind, scopes, created_at, expires_at) \
+                                 SELECT v.column1, t.grant_id, v.column2, v.column3, \
+                                 v.column4, v.column5 FROM oauth_tokens t, ",
+                            );
+                            successor_values(&mut query);
+                            query
+                                .push(" AS v WHERE t.digest = ")
+                                .push_bind(digest.to_owned());
+                        }
+                        let mut tx = self.write().await?;
+                        // Every row, so that each statement runs.
+                        let grant = query.build_query_as::<Grant>().fetch_all(&mut *tx).await?.pop();
+                        match grant {
+                            Some(grant) => {
+                                tx.commit().await?;
+                                Some(grant)
                             }
-                            _ => RefreshUse::Invalid,
+                            None => {
+                                tx.rollback().await?;
+                                None
+                            }
                         }
                     }
                 };
+                if let Some(grant) = spent {
+                    return Ok(RefreshUse::Rotated(grant));
+                }
+                let mut tx = self.write().await?;
+                let used: Option<(String, Option<i64>)> = sqlx::query_as(
+                    "SELECT t.grant_id, t.used_at FROM oauth_tokens t \
+                     JOIN oauth_grants g ON g.id = t.grant_id \
+                     WHERE t.digest = $1 AND t.kind = 'refresh' AND g.client_id = $2",
+                )
+                .bind(digest)
+                .bind(client_id)
+                .fetch_optional(&mut *tx)
+                .await?;
+                let outcome = match used {
+                    Some((grant_id, Some(_))) => {
+                        revoke_grant(&mut tx, &grant_id, now).await?;
+                        RefreshUse::Replayed
+                    }
+                    _ => RefreshUse::Invalid,
+                };
                 tx.commit().await?;
+                if matches!(outcome, RefreshUse::Replayed) {
+                    self.revocations.bump();
+                }
                 Ok(outcome)
             }
 
             #[tracing::instrument(skip_all)]
+            async fn live_refresh_token_scopes(
+                &self,
+                digest: &str,
+                client_id: &str,
+                now: i64,
+            ) -> Result<Option<String>, StoreError> {
+                // The conditions of the spend in rotate_refresh_token.
+                Ok(sqlx::query_scalar(
+                    "SELECT g.scopes FROM oauth_tokens t \
+                     JOIN oauth_grants g ON g.id = t.grant_id \
+                     WHERE t.digest = $1 AND t.kind = 'refresh' AND t.used_at IS NULL \
+                     AND t.revoked_at IS NULL AND t.expires_at > $3 \
+                     AND g.client_id = $2 AND g.revoked_at IS NULL",
+                )
+                .bind(digest)
+                .bind(client_id)
+                .bind(now)
+                .fetch_optional(self.reader())
+                .await?)
+            }
+
+            #[tracing::instrument(skip_all)]
             async fn find_token(&self, digest: &str) -> Result<Option<TokenRecord>, StoreError> {
-                Ok(sqlx::query_as::<_, TokenRecord>(&$crate::store::oauth::token_query())
+                Ok(sqlx::query_as::<_, TokenRecord>(&$crate::store::oauth::token_queries().token)
                     .bind(digest)
                     .fetch_optional(self.reader())
                     .await?)
+            }
+
+            #[tracing::instrument(skip_all)]
+            async fn find_token_with_friends_count(
+                &self,
+                digest: &str,
+            ) -> Result<Option<TokenRecord>, StoreError> {
+                Ok(sqlx::query_as::<_, TokenRecord>(
+                    &$crate::store::oauth::token_queries().token_with_friends_count,
+                )
+                .bind(digest)
+                .fetch_optional(self.reader())
+                .await?)
+            }
+
+            #[tracing::instrument(skip_all)]
+            async fn find_client_and_token(
+                &self,
+                client_id: &str,
+                digest: &str,
+            ) -> Result<Option<($crate::store::IntrospectingClient, Option<TokenRecord>)>, StoreError>
+            {
+                use sqlx::{FromRow as _, Row as _};
+                let row = sqlx::query(&$crate::store::oauth::token_queries().client_and_token)
+                    .bind(client_id)
+                    .bind(digest)
+                    .fetch_optional(self.reader())
+                    .await?;
+                let Some(row) = row else {
+                    return Ok(None);
+                };
+                let client = $crate::store::IntrospectingClient::from_row(&row)?;
+                // The token's grant column is NULL exactly when the token is unknown.
+                let grant_id: Option<String> = row.try_get("grant_id")?;
+                let token = match grant_id {
+                    Some(_) => Some(TokenRecord::from_row(&row)?),
+                    None => None,
+                };
+                Ok(Some((client, token)))
             }
 
             #[tracing::instrument(skip_all)]
@@ -491,6 +713,7 @@ macro_rules! impl_oauth_store {
                     }
                 }
                 tx.commit().await?;
+                self.revocations.bump();
                 Ok(found.is_some())
             }
 
@@ -499,6 +722,7 @@ macro_rules! impl_oauth_store {
                 let mut tx = self.write().await?;
                 revoke_grant(&mut tx, grant_id, now).await?;
                 tx.commit().await?;
+                self.revocations.bump();
                 Ok(())
             }
 
@@ -595,14 +819,15 @@ macro_rules! impl_oauth_store {
             token: &NewToken,
         ) -> Result<(), StoreError> {
             sqlx::query(
-                "INSERT INTO oauth_tokens (digest, grant_id, kind, created_at, expires_at) \
-                 VALUES ($1, $2, $3, $4, $5)",
+                "INSERT INTO oauth_tokens (digest, grant_id, kind, created_at, expires_at, scopes) \
+                 VALUES ($1, $2, $3, $4, $5, $6)",
             )
             .bind(&token.digest)
             .bind(grant_id)
             .bind(token.kind.as_str())
             .bind(token.created_at)
             .bind(token.expires_at)
+            .bind(&token.scopes)
             .execute(&mut **tx)
             .await?;
             Ok(())

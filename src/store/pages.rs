@@ -375,6 +375,7 @@ macro_rules! impl_pages_store {
                 .await?
                 .rows_affected();
                 tx.commit().await?;
+                self.revocations.bump();
                 Ok(consents + grants > 0)
             }
 
@@ -429,6 +430,7 @@ macro_rules! impl_pages_store {
                     .await?;
                 }
                 tx.commit().await?;
+                self.revocations.bump();
                 Ok(found)
             }
 
@@ -545,6 +547,7 @@ macro_rules! impl_pages_store {
                 .rows_affected()
                     > 0;
                 tx.commit().await?;
+                self.revocations.bump();
                 Ok(done)
             }
 

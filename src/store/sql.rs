@@ -14,6 +14,61 @@ pub const USER_COLUMNS: &str = "id, username, first_name, last_name, about, \
 pub const APP_COLUMNS: &str = "client_id, secret_digest, name, description, redirect_url, \
     site_url, owner_id, suspended, created_at";
 
+/// The ids of the payments (not refunds) the audit must look at: those whose
+/// refund breaks the refund rule (a returned pay has one, of its amount, to its
+/// actor; nothing else has one), and those whose ledger entries, net by account,
+/// may differ from what their action and status say moved (the audit's
+/// `expected_flows`). One row per payment, read with its entries through the
+/// payment index: the net of its actor, its target and `@held` must be the
+/// expected one, and any other account must net to zero; that is decided exactly
+/// when there is at most one other account, and more than one (never written by
+/// Tally) makes the payment a suspect, which the audit then checks in full.
+pub const AUDIT_SUSPECTS: &str = "\
+    SELECT id FROM ( \
+      SELECT p.id, p.actor_id AS actor, p.target_user_id AS target, \
+        p.amount_cents AS amount, \
+        CASE WHEN p.action = 'pay' AND p.status IN ('pending', 'settled') THEN p.actor_id \
+             WHEN p.action = 'charge' AND p.status = 'settled' THEN p.target_user_id END \
+          AS debited, \
+        CASE WHEN p.action = 'pay' AND p.status = 'pending' THEN '@held' \
+             WHEN p.action = 'pay' AND p.status = 'settled' THEN p.target_user_id \
+             WHEN p.action = 'charge' AND p.status = 'settled' THEN p.actor_id END \
+          AS credited, \
+        CASE WHEN p.action = 'pay' AND p.status IN ('failed', 'cancelled', 'expired') \
+             THEN CASE WHEN MIN(r.amount_cents) IS NULL \
+                         OR MIN(r.amount_cents) <> p.amount_cents \
+                         OR MIN(r.target_user_id) IS DISTINCT FROM p.actor_id \
+                       THEN 1 ELSE 0 END \
+             ELSE CASE WHEN MIN(r.amount_cents) IS NULL THEN 0 ELSE 1 END END AS refund_bad, \
+        COALESCE(SUM(CASE WHEN e.account = p.actor_id THEN e.amount_cents ELSE 0 END), 0) \
+          AS s_actor, \
+        COALESCE(SUM(CASE WHEN e.account = p.target_user_id \
+                           AND e.account IS DISTINCT FROM p.actor_id \
+                          THEN e.amount_cents ELSE 0 END), 0) AS s_target, \
+        COALESCE(SUM(CASE WHEN e.account = '@held' THEN e.amount_cents ELSE 0 END), 0) \
+          AS s_held, \
+        COALESCE(SUM(CASE WHEN e.account = p.actor_id OR e.account = p.target_user_id \
+                            OR e.account = '@held' THEN 0 ELSE e.amount_cents END), 0) \
+          AS s_other, \
+        MIN(CASE WHEN e.account = p.actor_id OR e.account = p.target_user_id \
+                   OR e.account = '@held' THEN NULL ELSE e.account END) AS first_other, \
+        MAX(CASE WHEN e.account = p.actor_id OR e.account = p.target_user_id \
+                   OR e.account = '@held' THEN NULL ELSE e.account END) AS last_other \
+      FROM payments p \
+      LEFT JOIN payments r ON r.id = p.refund_payment_id \
+      LEFT JOIN ledger_entries e ON e.payment_id = p.id \
+      WHERE p.kind = 'payment' \
+      GROUP BY p.id \
+    ) g \
+    WHERE refund_bad = 1 OR s_other <> 0 OR first_other <> last_other \
+      OR s_actor <> CASE WHEN actor IS NULL THEN 0 \
+           ELSE CASE WHEN debited = actor THEN -amount ELSE 0 END \
+              + CASE WHEN credited = actor THEN amount ELSE 0 END END \
+      OR s_target <> CASE WHEN target IS NULL OR target IS NOT DISTINCT FROM actor THEN 0 \
+           ELSE CASE WHEN debited = target THEN -amount ELSE 0 END \
+              + CASE WHEN credited = target THEN amount ELSE 0 END END \
+      OR s_held <> CASE WHEN credited = '@held' THEN amount ELSE 0 END";
+
 macro_rules! impl_store {
     ($store:ty, $backend:literal) => {
         #[async_trait::async_trait]
@@ -26,10 +81,17 @@ macro_rules! impl_store {
                 self.run_migrations().await
             }
 
+            async fn backup_into(&self, path: &str) -> Result<Option<()>, StoreError> {
+                self.copy_into(path).await
+            }
+
+            fn revocation_epoch(&self) -> u64 {
+                self.revocations.current()
+            }
+
             #[tracing::instrument(skip_all)]
             async fn ping(&self) -> Result<(), StoreError> {
-                sqlx::query("SELECT 1").execute(self.reader()).await?;
-                Ok(())
+                self.ready().await
             }
 
             #[tracing::instrument(skip_all, fields(key))]
@@ -129,6 +191,7 @@ macro_rules! impl_store {
                     .fetch_optional(&mut *tx)
                     .await?;
                 tx.commit().await?;
+                self.revocations.bump();
                 Ok(user)
             }
 
@@ -213,6 +276,7 @@ macro_rules! impl_store {
                     .fetch_optional(&mut *tx)
                     .await?;
                 tx.commit().await?;
+                self.revocations.bump();
                 Ok(app)
             }
 
@@ -256,10 +320,11 @@ macro_rules! impl_store {
                 // let each be read from an index alone.
                 let mut tx = self.snapshot().await?;
                 if $backend == "postgres" {
-                    // Room to sum 100,000s of accounts by hash, not on disk.
-                    sqlx::query("SET LOCAL work_mem = '64MB'")
-                        .execute(&mut *tx)
-                        .await?;
+                    // Room to sum 100,000s of accounts by hash, not on disk; and
+                    // no JIT, whose compiling costs seconds here and saves none.
+                    for setting in ["SET LOCAL work_mem = '64MB'", "SET LOCAL jit = off"] {
+                        sqlx::query(setting).execute(&mut *tx).await?;
+                    }
                 }
                 let balances = sqlx::query_as::<_, AccountBalance>(
                     "SELECT id AS user_id, username, balance_cents FROM users ORDER BY id",
@@ -284,54 +349,68 @@ macro_rules! impl_store {
                 )
                 .fetch_one(&mut *tx)
                 .await?;
-                // Payments a chunk at a time by id, each with the entries that
-                // name it (found through the same chunk query, so both sides agree
-                // on the chunk whatever the columns' collations).
-                let chunk = chunk.max(1);
-                let mut after: Option<String> = None;
-                loop {
-                    let (bound, limit) = match after {
-                        Some(_) => (" AND p.id > $1", "$2"),
-                        None => ("", "$1"),
-                    };
-                    let payments_sql = format!(
+                // Each payment's entries, net by account, against what its action
+                // and status say moved, and its refund against the refund rule, in
+                // one pass in SQL: only the payments that disagree come back, to
+                // be read again below and worded by the audit.
+                if $backend == "postgres" {
+                    // Each payment's few entries through the payment index, in
+                    // payment order: hashing and sorting millions of rows instead
+                    // (the planner's choice) takes twice as long and spills to disk.
+                    for setting in [
+                        "SET LOCAL enable_hashjoin = off",
+                        "SET LOCAL enable_sort = off",
+                        "SET LOCAL max_parallel_workers_per_gather = 0",
+                    ] {
+                        sqlx::query(setting).execute(&mut *tx).await?;
+                    }
+                }
+                let mut suspects: Vec<String> =
+                    sqlx::query_scalar($crate::store::sql::AUDIT_SUSPECTS)
+                        .fetch_all(&mut *tx)
+                        .await?;
+                if $backend == "postgres" {
+                    for setting in [
+                        "RESET enable_hashjoin",
+                        "RESET enable_sort",
+                        "RESET max_parallel_workers_per_gather",
+                    ] {
+                        sqlx::query(setting).execute(&mut *tx).await?;
+                    }
+                }
+                suspects.sort();
+                for ids in suspects.chunks(chunk.max(1) as usize) {
+                    let mut payments_query = sqlx::QueryBuilder::<Backend>::new(
                         "SELECT p.id, p.action, p.status, p.actor_id, p.target_user_id, \
                          p.amount_cents, r.amount_cents AS refund_amount_cents, \
                          r.target_user_id AS refund_target_id \
                          FROM payments p LEFT JOIN payments r ON r.id = p.refund_payment_id \
-                         WHERE p.kind = 'payment'{bound} ORDER BY p.id LIMIT {limit}"
+                         WHERE p.kind = 'payment' AND p.id IN (",
                     );
-                    // Unsorted and unsummed: the audit sums a payment's few
-                    // entries itself, cheaper than a sort of the chunk's.
-                    let entries_sql = format!(
+                    let mut entries_query = sqlx::QueryBuilder::<Backend>::new(
                         "SELECT payment_id, account, amount_cents AS total_cents \
-                         FROM ledger_entries WHERE payment_id IN ( \
-                           SELECT p.id FROM payments p WHERE p.kind = 'payment'{bound} \
-                           ORDER BY p.id LIMIT {limit})"
+                         FROM ledger_entries WHERE payment_id IN (",
                     );
-                    let mut payments_query =
-                        sqlx::query_as::<_, $crate::store::AuditPayment>(&payments_sql);
-                    let mut entries_query =
-                        sqlx::query_as::<_, $crate::store::PaymentEntrySum>(&entries_sql);
-                    if let Some(after) = &after {
-                        payments_query = payments_query.bind(after);
-                        entries_query = entries_query.bind(after);
+                    for query in [&mut payments_query, &mut entries_query] {
+                        let mut list = query.separated(", ");
+                        for id in ids {
+                            list.push_bind(id.clone());
+                        }
+                        query.push(")");
                     }
-                    let payments = payments_query.bind(chunk).fetch_all(&mut *tx).await?;
-                    let payment_entries = entries_query.bind(chunk).fetch_all(&mut *tx).await?;
-                    let last = if payments.len() as i64 == chunk {
-                        payments.last().map(|p| p.id.clone())
-                    } else {
-                        None
-                    };
+                    let mut payments = payments_query
+                        .build_query_as::<$crate::store::AuditPayment>()
+                        .fetch_all(&mut *tx)
+                        .await?;
+                    payments.sort_by(|a, b| a.id.cmp(&b.id));
+                    let payment_entries = entries_query
+                        .build_query_as::<$crate::store::PaymentEntrySum>()
+                        .fetch_all(&mut *tx)
+                        .await?;
                     each($crate::store::AuditChunk {
                         payments,
                         payment_entries,
                     });
-                    match last {
-                        Some(last) => after = Some(last),
-                        None => break,
-                    }
                 }
                 // Entries that name no payment.
                 let entries_without_payment: Vec<String> = sqlx::query_scalar(

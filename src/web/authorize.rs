@@ -10,21 +10,6 @@ use actix_session::Session;
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
 use askama::Template;
-use std::collections::HashMap;
-
-fn params_from(map: &HashMap<String, String>) -> AuthorizeParams {
-    let get = |name: &str| map.get(name).cloned();
-    AuthorizeParams {
-        client_id: get("client_id"),
-        scope: get("scope"),
-        redirect_uri: get("redirect_uri"),
-        response_type: get("response_type"),
-        state: get("state"),
-        code_challenge: get("code_challenge"),
-        code_challenge_method: get("code_challenge_method"),
-        prompt: get("prompt"),
-    }
-}
 
 #[derive(Template)]
 #[template(path = "consent.html")]
@@ -44,20 +29,21 @@ fn redirect_origin(request: &ValidRequest) -> String {
     request.redirect.origin().ascii_serialization()
 }
 
-async fn validated(
-    state: &AppState,
-    map: &HashMap<String, String>,
-) -> Result<Result<Box<ValidRequest>, HttpResponse>, PageError> {
-    match authorize::validate(
-        state.store.as_ref(),
-        &params_from(map),
-        &state.public_origin,
-    )
-    .await?
-    {
+/// The request's fate before anyone is asked: an error page, or an error for
+/// the app (sent only to a signed-in user), or a request to decide.
+enum Checked {
+    RedirectError { app_name: String, url: String },
+    Valid(Box<ValidRequest>),
+}
+
+async fn validated(state: &AppState, params: &AuthorizeParams) -> Result<Checked, PageError> {
+    match authorize::validate(state.store.as_ref(), params, &state.public_origin).await? {
         Validation::ErrorPage(message) => Err(PageError::BadRequest(message)),
-        Validation::RedirectError(url) => Ok(Err(see_other(url.as_str(), None))),
-        Validation::Valid(request) => Ok(Ok(request)),
+        Validation::RedirectError { app_name, url } => Ok(Checked::RedirectError {
+            app_name,
+            url: url.into(),
+        }),
+        Validation::Valid(request) => Ok(Checked::Valid(request)),
     }
 }
 
@@ -65,19 +51,26 @@ pub async fn show(
     req: HttpRequest,
     state: web::Data<AppState>,
     session: Session,
-    query: web::Query<HashMap<String, String>>,
 ) -> Result<HttpResponse, PageError> {
-    let request = match validated(&state, &query).await? {
-        Ok(request) => request,
-        Err(redirect) => return Ok(redirect),
-    };
+    // Read as sent, so a repeated parameter is seen rather than overwritten.
+    let params =
+        AuthorizeParams::from_pairs(url::form_urlencoded::parse(req.query_string().as_bytes()));
+    let checked = validated(&state, &params).await?;
     let Some(user) = session::current_user(&state, &session).await? else {
+        let app_name = match &checked {
+            Checked::RedirectError { app_name, .. } => app_name.clone(),
+            Checked::Valid(request) => request.app.name.clone(),
+        };
         let here = req
             .uri()
             .path_and_query()
             .map_or("/", |p| p.as_str())
             .to_owned();
-        return sign_in_page(&session, here, Some(request.app.name.clone()));
+        return sign_in_page(&session, here, Some(app_name));
+    };
+    let request = match checked {
+        Checked::RedirectError { url, .. } => return Ok(see_other(&url, None)),
+        Checked::Valid(request) => request,
     };
     let store = state.store.as_ref();
     if !authorize::needs_consent(store, &user.id, &request).await? {
@@ -105,25 +98,27 @@ pub async fn decide(
     req: HttpRequest,
     state: web::Data<AppState>,
     session: Session,
-    form: web::Form<HashMap<String, String>>,
+    form: web::Form<Vec<(String, String)>>,
 ) -> Result<HttpResponse, PageError> {
-    session::check_form(
-        &req,
-        &state,
-        &session,
-        form.get("csrf_token").map(String::as_str),
-    )?;
-    let request = match validated(&state, &form).await? {
-        Ok(request) => request,
-        Err(redirect) => return Ok(redirect),
+    let field = |name: &str| {
+        form.iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
     };
+    session::check_form(&req, &state, &session, field("csrf_token"))?;
+    let params = AuthorizeParams::from_pairs(form.iter().map(|(n, v)| (n, v.clone())));
+    let checked = validated(&state, &params).await?;
     let Some(user) = session::current_user(&state, &session).await? else {
         return Err(PageError::Forbidden(
             "You are no longer signed in. Go back to the app and start again.".to_owned(),
         ));
     };
+    let request = match checked {
+        Checked::RedirectError { url, .. } => return Ok(see_other(&url, None)),
+        Checked::Valid(request) => request,
+    };
     let target = redirect_origin(&request);
-    let url = match form.get("decision").map(String::as_str) {
+    let url = match field("decision") {
         Some("allow") => {
             authorize::approve(
                 state.store.as_ref(),

@@ -26,6 +26,7 @@ on_both_backends!(
     parallel_refreshes_of_one_token_give_exactly_one_success,
     the_token_endpoint_accepts_json_basic_and_a_missing_grant_type,
     revocation_and_introspection_follow_rfc_7009_and_7662,
+    introspection_refuses_a_caller_that_does_not_authenticate,
     tokens_of_suspended_users_and_apps_stop_working,
     the_access_token_is_read_from_the_header_or_the_parameters,
     forms_without_csrf_token_or_from_another_origin_are_refused,
@@ -40,13 +41,13 @@ on_both_backends!(
     a_refresh_may_not_ask_for_more_scopes_than_were_granted,
 );
 
-async fn spawn(backend: Backend) -> Option<(TestApp, Fixture)> {
+pub(crate) async fn spawn(backend: Backend) -> Option<(TestApp, Fixture)> {
     let app = TestApp::spawn(backend).await?;
     let fixture = fixture(&app).await;
     Some((app, fixture))
 }
 
-fn oauth_client(
+pub(crate) fn oauth_client(
     app: &TestApp,
     f: &Fixture,
 ) -> oauth2::Client<
@@ -69,7 +70,7 @@ fn oauth_client(
 }
 
 /// Runs the code flow in the browser up to the redirect; returns its query.
-async fn authorize_code(
+pub(crate) async fn authorize_code(
     app: &TestApp,
     f: &Fixture,
     scope: &str,
@@ -94,7 +95,7 @@ async fn authorize_code(
     query_of(&answer.location().unwrap())
 }
 
-async fn token_request(app: &TestApp, form: &[(&str, &str)]) -> (u16, Value) {
+pub(crate) async fn token_request(app: &TestApp, form: &[(&str, &str)]) -> (u16, Value) {
     let response = app
         .http
         .post(app.url("/v1/oauth/access_token"))
@@ -106,7 +107,7 @@ async fn token_request(app: &TestApp, form: &[(&str, &str)]) -> (u16, Value) {
     (status, response.json().await.unwrap_or(Value::Null))
 }
 
-async fn introspect(app: &TestApp, f: &Fixture, token: &str) -> Value {
+pub(crate) async fn introspect(app: &TestApp, f: &Fixture, token: &str) -> Value {
     app.http
         .post(app.url("/v1/oauth/introspect"))
         .basic_auth(&f.client_id, Some(&f.client_secret))
@@ -119,7 +120,7 @@ async fn introspect(app: &TestApp, f: &Fixture, token: &str) -> Value {
         .unwrap()
 }
 
-async fn code_tokens(app: &TestApp, f: &Fixture) -> Value {
+pub(crate) async fn code_tokens(app: &TestApp, f: &Fixture) -> Value {
     let query = authorize_code(app, f, "access_profile access_balance", None).await;
     let (status, body) = token_request(
         app,
@@ -281,6 +282,13 @@ async fn bad_authorize_requests_show_an_error_page_and_never_redirect(backend: B
             ]),
         ),
         (
+            "another path",
+            f.authorize_url(&[
+                ("scope", "access_profile"),
+                ("redirect_uri", "https://app.example.com/other"),
+            ]),
+        ),
+        (
             "other port",
             f.authorize_url(&[
                 ("scope", "access_profile"),
@@ -337,11 +345,11 @@ async fn bad_authorize_requests_show_an_error_page_and_never_redirect(backend: B
         );
         assert_eq!(page.header("x-frame-options"), "DENY");
     }
-    // Another path and query on the registered origin are allowed.
+    // A path below the registered one, with another query, is allowed.
     let page = browser
         .get(&f.authorize_url(&[
             ("scope", "access_profile"),
-            ("redirect_uri", "https://app.example.com/other?x=2"),
+            ("redirect_uri", "https://app.example.com/callback/done?x=2"),
         ]))
         .await;
     assert_eq!(page.status, 200);
@@ -351,7 +359,11 @@ async fn unknown_scopes_and_denied_consent_redirect_with_an_error_and_state(back
     let Some((app, f)) = spawn(backend).await else {
         return;
     };
+    // Errors go to the app only for a signed-in user (see oauth_hardening).
     let browser = Browser::new(&app.origin);
+    let sign_in = browser.get("/signin").await;
+    let signed_in = browser.sign_in(&sign_in, &f.username, PASSWORD).await;
+    assert_eq!(signed_in.status, 303);
     let page = browser
         .get(&f.authorize_url(&[("scope", "access_profile root"), ("state", "st")]))
         .await;
@@ -370,12 +382,9 @@ async fn unknown_scopes_and_denied_consent_redirect_with_an_error_and_state(back
     );
 
     let consent = browser
-        .to_consent(
-            &f.authorize_url(&[("scope", "access_profile"), ("state", "st2")]),
-            &f.username,
-            PASSWORD,
-        )
+        .get(&f.authorize_url(&[("scope", "access_profile"), ("state", "st2")]))
         .await;
+    assert_eq!(consent.status, 200);
     let answer = browser.decide(&consent, "deny").await;
     assert_eq!(answer.status, 303);
     let query = query_of(&answer.location().unwrap());
@@ -802,7 +811,7 @@ async fn revocation_and_introspection_follow_rfc_7009_and_7662(backend: Backend)
     assert_eq!(info["username"], f.username);
     assert_eq!(info["sub"], f.user_id);
     assert_eq!(info["scope"], "access_profile access_balance");
-    assert_eq!(info["token_type"], "access_token");
+    assert_eq!(info["token_type"], "bearer");
     assert_eq!(
         introspect(&app, &f, "tly_at_unknown").await,
         json!({"active": false})
@@ -1424,13 +1433,16 @@ async fn people_sign_in_with_their_username_email_or_phone(backend: Backend) {
     }
 }
 
-/// Two instances on one PostgreSQL: a token revoked through one is refused by
-/// the other at once.
+/// Two instances on one PostgreSQL, each remembering introspections for a
+/// moment: a token revoked through one, or whose user or app is suspended (by
+/// `tally admin`, another process), is refused by both within 1 second (SPEC
+/// §6), and so is a suspended calling app.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_revocation_on_one_instance_is_seen_by_another_within_a_second() {
     let Some(db) = TestDb::new(Backend::Postgres).await else {
         return;
     };
+    // Not the servers' store: like `tally admin`, it cannot tell them.
     let store = db.store().await;
     let first = ServeProcess::start(&db.url_string(), &[]);
     let second = ServeProcess::start(&db.url_string(), &[]);
@@ -1441,49 +1453,170 @@ async fn a_revocation_on_one_instance_is_seen_by_another_within_a_second() {
         db,
     };
     let f = fixture(&app).await;
+    let caller = fixture(&app).await;
     let scopes = tally::domain::ScopeSet::parse("access_profile").unwrap();
-    let token =
+    let personal =
         tally::oauth::tokens::issue_personal_access_token(store.as_ref(), &f.user_id, &scopes)
             .await
             .unwrap();
-    let introspect_at = |origin: String| {
-        let (id, secret, token) = (
-            f.client_id.clone(),
-            f.client_secret.clone(),
-            token.expose().to_owned(),
-        );
+    let of_app = tally::oauth::tokens::issue_access_token(
+        store.as_ref(),
+        &f.user_id,
+        Some(&f.client_id),
+        &scopes,
+        "token",
+        tally::oauth::tokens::CLIENT_SIDE_TTL,
+    )
+    .await
+    .unwrap();
+    let origins = [first.origin.clone(), second.origin.clone()];
+    // What an instance answers the calling app about a token: the status and
+    // the body.
+    let introspect_at = |origin: &str, token: &str| {
+        let url = format!("{origin}/v1/oauth/introspect");
+        let (id, secret) = (caller.client_id.clone(), caller.client_secret.clone());
+        let token = token.to_owned();
         async move {
-            reqwest::Client::new()
-                .post(format!("{origin}/v1/oauth/introspect"))
+            let response = reqwest::Client::new()
+                .post(url)
                 .basic_auth(id, Some(secret))
                 .form(&[("token", token)])
                 .send()
                 .await
-                .unwrap()
-                .json::<Value>()
-                .await
-                .unwrap()
+                .unwrap();
+            let status = response.status().as_u16();
+            (status, response.json::<Value>().await.unwrap())
         }
     };
-    assert_eq!(introspect_at(second.origin.clone()).await["active"], true);
+    // Every instance answers `expected` within a second of `since`.
+    let within_a_second = |token: &str, since: std::time::Instant, expected: bool| {
+        let token = token.to_owned();
+        let origins = origins.clone();
+        async move {
+            for origin in &origins {
+                loop {
+                    let (status, body) = introspect_at(origin, &token).await;
+                    let active = status == 200 && body["active"] == true;
+                    if active == expected && (expected || body == json!({"active": false})) {
+                        break;
+                    }
+                    assert!(
+                        since.elapsed() < std::time::Duration::from_secs(1),
+                        "{origin} still answers {status} {body} after 1 s"
+                    );
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                }
+            }
+        }
+    };
+    let remembered = |token: &str| {
+        let token = token.to_owned();
+        let origins = origins.clone();
+        async move {
+            for origin in &origins {
+                assert_eq!(introspect_at(origin, &token).await.1["active"], true);
+            }
+        }
+    };
+
+    // A revocation through the first instance.
+    remembered(personal.expose()).await;
     let revoked = reqwest::Client::new()
         .delete(format!("{}/v1/oauth/access_token", first.origin))
-        .bearer_auth(token.expose())
+        .bearer_auth(personal.expose())
         .send()
         .await
         .unwrap();
     assert_eq!(revoked.status(), 204);
-    let started = std::time::Instant::now();
-    loop {
-        if introspect_at(second.origin.clone()).await == json!({"active": false}) {
-            break;
+    within_a_second(personal.expose(), std::time::Instant::now(), false).await;
+
+    // The user suspended, then not; the app suspended.
+    remembered(of_app.expose()).await;
+    let flags = |suspended| tally::store::UserFlags {
+        suspended: Some(suspended),
+        verified: None,
+    };
+    tally::admin::user_flags(store.as_ref(), &f.username, flags(true))
+        .await
+        .unwrap();
+    within_a_second(of_app.expose(), std::time::Instant::now(), false).await;
+    tally::admin::user_flags(store.as_ref(), &f.username, flags(false))
+        .await
+        .unwrap();
+    within_a_second(of_app.expose(), std::time::Instant::now(), true).await;
+    tally::admin::app_suspend(store.as_ref(), &f.client_id, true)
+        .await
+        .unwrap();
+    within_a_second(of_app.expose(), std::time::Instant::now(), false).await;
+
+    // A suspended calling app is refused (401) everywhere within a second.
+    let other_app_token = code_tokens(&app, &caller).await;
+    let other = other_app_token["access_token"].as_str().unwrap().to_owned();
+    remembered(&other).await;
+    tally::admin::app_suspend(store.as_ref(), &caller.client_id, true)
+        .await
+        .unwrap();
+    let since = std::time::Instant::now();
+    for origin in &origins {
+        loop {
+            let (status, body) = introspect_at(origin, &other).await;
+            if status == 401 {
+                assert_eq!(body["error"], "invalid_client");
+                break;
+            }
+            assert!(
+                since.elapsed() < std::time::Duration::from_secs(1),
+                "{origin} still answers {status} {body} after 1 s"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         }
-        assert!(
-            started.elapsed() < std::time::Duration::from_secs(1),
-            "still active after 1 s"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
+}
+
+/// The introspection endpoint reads the calling app and the token together;
+/// the app is still authenticated first, whatever the token.
+async fn introspection_refuses_a_caller_that_does_not_authenticate(backend: Backend) {
+    let Some((app, f)) = spawn(backend).await else {
+        return;
+    };
+    let tokens = code_tokens(&app, &f).await;
+    let access = tokens["access_token"].as_str().unwrap();
+    assert_eq!(introspect(&app, &f, access).await["active"], true);
+    let ask = |id: String, secret: String, form: Vec<(&'static str, String)>| {
+        let request = app
+            .http
+            .post(app.url("/v1/oauth/introspect"))
+            .basic_auth(id, Some(secret))
+            .form(&form);
+        async move {
+            let response = request.send().await.unwrap();
+            let status = response.status().as_u16();
+            (status, response.json::<Value>().await.unwrap())
+        }
+    };
+    let token = || vec![("token", access.to_owned())];
+    for (id, secret) in [
+        (f.client_id.clone(), "wrong".to_owned()),
+        ("tly_unknown".to_owned(), f.client_secret.clone()),
+    ] {
+        for form in [token(), vec![]] {
+            let (status, body) = ask(id.clone(), secret.clone(), form).await;
+            assert_eq!(status, 401, "{body}");
+            assert_eq!(body["error"], "invalid_client");
+            assert!(body.get("active").is_none(), "{body}");
+        }
+    }
+    // Authenticated, without a token: 400.
+    let (status, body) = ask(f.client_id.clone(), f.client_secret.clone(), vec![]).await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["error"], "invalid_request");
+    // A suspended caller is refused at once by the instance that suspended it.
+    tally::admin::app_suspend(app.store.as_ref(), &f.client_id, true)
+        .await
+        .unwrap();
+    let (status, body) = ask(f.client_id.clone(), f.client_secret.clone(), token()).await;
+    assert_eq!(status, 401, "{body}");
+    assert_eq!(body["error"], "invalid_client");
 }
 
 async fn each_token_has_its_own_api_rate_limit(backend: Backend) {
@@ -1598,9 +1731,9 @@ async fn a_refresh_may_not_ask_for_more_scopes_than_were_granted(backend: Backen
             "{scope}: {body}"
         );
     }
-    // The refused requests did not spend the token. A narrower or equal scope is
-    // fine; the answer's `scope` tells what the tokens carry (the grant's).
+    // The refused requests did not spend the token. A narrower scope is
+    // fine, and the new access token carries just that.
     let (status, body) = token_request(&app, &with_scope("access_profile")).await;
     assert_eq!(status, 200, "{body}");
-    assert_eq!(body["scope"], "access_profile access_balance");
+    assert_eq!(body["scope"], "access_profile");
 }

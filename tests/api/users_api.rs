@@ -8,6 +8,7 @@ on_both_backends!(
     me_shows_the_profile_with_what_the_scopes_allow,
     users_are_shown_searched_and_their_friends_paged,
     search_through_its_index_answers_as_reading_every_user_would,
+    me_and_friends_answer_from_the_rows_as_they_are_now,
     each_endpoint_refuses_a_token_without_its_scope,
     the_token_may_come_as_header_query_or_form_but_not_two_different_ones,
     unknown_paths_and_wrong_methods_answer_json_errors,
@@ -395,6 +396,54 @@ async fn search_through_its_index_answers_as_reading_every_user_would(backend: B
     assert!(ids("smith@example.com")
         .await
         .contains(&"u-frank".to_owned()));
+}
+
+/// `/me` reads its user and friend count with the token, in one statement:
+/// still the current balance and count, never an earlier read's. Friends pages
+/// and one's own profile need no second look-up of the user.
+async fn me_and_friends_answer_from_the_rows_as_they_are_now(backend: Backend) {
+    let Some(app) = TestApp::spawn(backend).await else {
+        return;
+    };
+    let store = app.store.as_ref();
+    let ann = person(store, "ann", "1.00").await;
+    let bob = person(store, "bob", "0").await;
+    let carol = person(store, "carol", "0").await;
+    let me = app.get("/me", &ann.token).await.ok().clone();
+    assert_eq!(me["balance"], json!(1.0));
+    assert_eq!(me["user"]["friends_count"], 0);
+
+    tally::admin::deposit(store, "ann", "2.00").await.unwrap();
+    store.add_friendship(&ann.id, &bob.id, 1).await.unwrap();
+    let answer = app.get("/me", &ann.token).await;
+    assert!(answer.text.contains(r#""balance":3.00"#), "{}", answer.text);
+    assert_eq!(answer.ok()["user"]["friends_count"], 1);
+    assert_eq!(answer.ok()["user"]["id"], ann.id.as_str());
+
+    // One's own profile is the token's user.
+    let own = app.get(&format!("/users/{}", ann.id), &ann.token).await;
+    assert_eq!(keys(own.ok()), USER_KEYS);
+    assert_eq!(own.ok()["username"], "ann");
+    assert_eq!(own.ok()["id"], ann.id.as_str());
+
+    // Someone else's friends; someone without friends (an empty page, not
+    // 404); one's own; and an unknown user, even past a cursor, is 404.
+    let bobs = app
+        .get(&format!("/users/{}/friends", bob.id), &ann.token)
+        .await;
+    assert_eq!(bobs.ok()[0]["id"], ann.id.as_str());
+    let carols = app
+        .get(&format!("/users/{}/friends", carol.id), &ann.token)
+        .await;
+    assert_eq!(carols.ok(), &json!([]));
+    assert!(carols.body["pagination"]["next"].is_null());
+    let own = app
+        .get(&format!("/users/{}/friends", ann.id), &ann.token)
+        .await;
+    assert_eq!(own.ok()[0]["id"], bob.id.as_str());
+    app.get("/users/nobody/friends?after=zzz", &ann.token)
+        .await
+        .error(404, "not_found");
 }
 
 pub fn urlencode(text: &str) -> String {
