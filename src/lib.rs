@@ -14,6 +14,7 @@ pub mod limits;
 pub mod mailer;
 pub mod oauth;
 pub mod startup;
+pub mod state;
 pub mod store;
 pub mod telemetry;
 pub mod verification;
