@@ -236,6 +236,43 @@ pub async fn deposit(
 }
 
 #[derive(Debug, Serialize)]
+pub struct BackedUp {
+    /// The copy, as an absolute path.
+    pub path: String,
+    pub bytes: u64,
+}
+
+/// Copies the SQLite database to a new file while the server runs. Never
+/// overwrites: an existing file at `path` is refused.
+pub async fn backup(store: &dyn Store, path: &std::path::Path) -> Result<BackedUp, AdminError> {
+    if path.exists() {
+        return Err(AdminError::Conflict(format!(
+            "{} already exists; a backup never overwrites a file",
+            path.display()
+        )));
+    }
+    let text = path
+        .to_str()
+        .ok_or_else(|| AdminError::Invalid("the backup path must be valid UTF-8".to_owned()))?;
+    if store.backup_into(text).await?.is_none() {
+        return Err(AdminError::Invalid(
+            "tally admin backup copies an SQLite database; back up PostgreSQL with pg_dump \
+             (or your provider's backups)"
+                .to_owned(),
+        ));
+    }
+    let written = |e: std::io::Error| {
+        AdminError::Unexpected(anyhow::Error::new(e).context("the backup was not written"))
+    };
+    let bytes = std::fs::metadata(path).map_err(written)?.len();
+    let absolute = std::fs::canonicalize(path).map_err(written)?;
+    Ok(BackedUp {
+        path: absolute.display().to_string(),
+        bytes,
+    })
+}
+
+#[derive(Debug, Serialize)]
 pub struct Done {
     pub ok: bool,
 }

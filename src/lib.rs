@@ -11,6 +11,7 @@ pub mod demo;
 pub mod domain;
 pub mod ledger;
 pub mod limits;
+pub mod log_throttle;
 pub mod mailer;
 pub mod oauth;
 pub mod startup;

@@ -63,6 +63,9 @@ enum AdminCommand {
     Friend(FriendCommand),
     /// Check the ledger; exits 1 on any discrepancy.
     Audit,
+    /// Copy the SQLite database to a new file, consistently, while the server
+    /// runs (PostgreSQL: use pg_dump). Never overwrites a file.
+    Backup { path: std::path::PathBuf },
 }
 
 #[derive(Subcommand)]
@@ -273,6 +276,9 @@ async fn run_admin(args: AdminArgs, settings: Settings) -> ExitCode {
             |_| format!("{first} and {second} are friends"),
         ),
         AdminCommand::Audit => audit(json, store).await,
+        AdminCommand::Backup { path } => report(json, admin::backup(store, &path).await, |b| {
+            format!("backed up to {} ({} bytes)", b.path, b.bytes)
+        }),
     }
 }
 

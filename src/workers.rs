@@ -42,7 +42,12 @@ async fn payments(store: Arc<dyn Store>, timing: Timing) {
         match ledger::payments::process_due(store.as_ref(), timing, now_micros()).await {
             Ok(0) => {}
             Ok(n) => tracing::debug!(payments = n, "processed due payments"),
-            Err(e) => tracing::warn!(error = %e, "payment worker round failed"),
+            Err(e) => {
+                let cause = format!("payment worker round: {e}");
+                if let Some(suppressed) = crate::log_throttle::admit(&cause) {
+                    tracing::warn!(error = %e, suppressed, "payment worker round failed");
+                }
+            }
         }
     }
 }
@@ -55,7 +60,12 @@ async fn retention(store: Arc<dyn Store>) {
         match purge(store.as_ref(), now_micros()).await {
             Ok(0) => {}
             Ok(n) => tracing::debug!(rows = n, "purged rows no longer needed"),
-            Err(e) => tracing::warn!(error = %e, "retention round failed"),
+            Err(e) => {
+                let cause = format!("retention round: {e}");
+                if let Some(suppressed) = crate::log_throttle::admit(&cause) {
+                    tracing::warn!(error = %e, suppressed, "retention round failed");
+                }
+            }
         }
     }
 }

@@ -2,6 +2,10 @@ use actix_web::http::{header, StatusCode};
 use actix_web::{HttpResponse, ResponseError};
 use serde::Serialize;
 
+/// How long a client should wait before retrying when the database is
+/// unavailable (503): long enough for a fail-over or a lock to pass.
+pub const UNAVAILABLE_RETRY_AFTER_SECS: u64 = 5;
+
 /// Every error the REST API answers with; the status and wire code of each live
 /// here and nowhere else (SPEC §7).
 #[derive(Debug, thiserror::Error)]
@@ -159,6 +163,12 @@ impl ResponseError for ApiError {
             }
             Self::RateLimited { retry_after_secs } => {
                 response.insert_header((header::RETRY_AFTER, retry_after_secs.to_string()));
+            }
+            Self::Unavailable => {
+                response.insert_header((
+                    header::RETRY_AFTER,
+                    UNAVAILABLE_RETRY_AFTER_SECS.to_string(),
+                ));
             }
             _ => {}
         }

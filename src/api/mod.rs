@@ -12,7 +12,7 @@ pub mod render;
 pub mod routes;
 pub mod users;
 
-pub use error::ApiError;
+pub use error::{ApiError, UNAVAILABLE_RETRY_AFTER_SECS};
 
 use routes::route_table;
 

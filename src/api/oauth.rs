@@ -68,6 +68,20 @@ impl From<GrantError> for OAuthError {
             }
             _ => StatusCode::BAD_REQUEST,
         };
+        if status == StatusCode::SERVICE_UNAVAILABLE {
+            if let GrantError::Store(e) = &error {
+                tracing::warn!(error = %e, "database unavailable");
+            }
+            // RFC 6749 names this condition only for the authorization
+            // endpoint; the JSON endpoints use the same code.
+            return Self {
+                error: "temporarily_unavailable",
+                description: "the database cannot be reached; retry later".to_owned(),
+                status,
+                basic: false,
+                retry_after_secs: Some(super::UNAVAILABLE_RETRY_AFTER_SECS),
+            };
+        }
         let description = match &error {
             GrantError::Store(_) => "the server could not complete the request".to_owned(),
             other => other.to_string(),

@@ -129,7 +129,10 @@ pub async fn create(
         CreateError::IdempotencyConflict => ApiError::IdempotencyConflict,
         CreateError::Store(e) => e.into(),
     })?;
-    let related = Related::load(state.store.as_ref(), std::slice::from_ref(&made.payment)).await?;
+    let related = match made.parties {
+        Some(users) => Related::of_users(users),
+        None => Related::load(state.store.as_ref(), std::slice::from_ref(&made.payment)).await?,
+    };
     let mut response = HttpResponse::Ok();
     if made.replayed {
         response.insert_header(("Idempotent-Replayed", "true"));
@@ -285,6 +288,7 @@ pub async fn update(
     req: HttpRequest,
 ) -> Result<HttpResponse, ApiError> {
     principal.require(Scope::MakePayments)?;
+    let key = idempotency_key(&req)?;
     let update = Update::parse(params.required("action")?).ok_or_else(|| {
         ApiError::InvalidRequest("action must be approve, deny or cancel".to_owned())
     })?;
@@ -293,6 +297,7 @@ pub async fn update(
         &principal.user,
         payment_id(&req),
         update,
+        key.as_deref(),
         now_micros(),
     )
     .await
@@ -301,13 +306,20 @@ pub async fn update(
         UpdateError::InvalidState => ApiError::InvalidState,
         UpdateError::NotAllowed(m) => ApiError::ActionNotAllowed(m.to_owned()),
         UpdateError::InsufficientFunds => ApiError::InsufficientFunds,
+        UpdateError::IdempotencyConflict => ApiError::IdempotencyConflict,
         UpdateError::Store(e) => e.into(),
     })?;
     let related = Related::load(state.store.as_ref(), std::slice::from_ref(&updated.payment))
         .await?
         .with_refund(updated.refund);
-    Ok(render::ok(Made {
-        balance: balance_for(&principal, updated.balance),
-        payment: related.view(&updated.payment),
+    let mut response = HttpResponse::Ok();
+    if updated.replayed {
+        response.insert_header(("Idempotent-Replayed", "true"));
+    }
+    Ok(response.json(render::Data {
+        data: Made {
+            balance: balance_for(&principal, updated.balance),
+            payment: related.view(&updated.payment),
+        },
     }))
 }

@@ -127,6 +127,14 @@ impl Related {
         })
     }
 
+    /// The users of payments that have no refund, already at hand.
+    pub fn of_users(users: Vec<User>) -> Self {
+        Self {
+            users: users.into_iter().map(|u| (u.id.clone(), u)).collect(),
+            refunds: HashMap::new(),
+        }
+    }
+
     /// Adds a refund known without a look-up.
     pub fn with_refund(mut self, refund: Option<Payment>) -> Self {
         if let Some(refund) = refund {

@@ -11,6 +11,9 @@ mod text;
 mod time;
 mod username;
 
+#[cfg(test)]
+mod properties;
+
 pub use amount::{Amount, AmountError, Money};
 pub use contact::{Email, EmailError, Phone, PhoneError};
 pub use ids::new_id;

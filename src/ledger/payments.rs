@@ -7,8 +7,8 @@ use crate::domain::{
     new_id, Amount, Audience, Email, Medium, Money, Note, PaymentAction, PaymentStatus, Phone,
 };
 use crate::store::{
-    accounts, kinds, IdempotencyKey, InsertOutcome, Move, Payment, PaymentInsert, Store,
-    StoreError, Transition, TransitionOutcome, User, UserKey,
+    accounts, kinds, DuePayment, IdempotencyKey, InsertOutcome, Move, Payment, PaymentInsert,
+    Settlement, Store, StoreError, Transition, TransitionOutcome, User, UserKey,
 };
 use sha2::{Digest, Sha256};
 use std::time::Duration;
@@ -79,6 +79,9 @@ pub struct Made {
     pub actor_balance: Money,
     /// The answer is the replay of an earlier request with the same key.
     pub replayed: bool,
+    /// The payment's users (actor, target account) when they are known without
+    /// reading them again.
+    pub parties: Option<Vec<User>>,
 }
 
 /// Largest amount one payment may move, in absolute value (SPEC §4); the
@@ -168,6 +171,9 @@ pub async fn create(
         PaymentAction::Charge
     };
     let to_account = target_user.is_some();
+    let parties: Vec<User> = std::iter::once(actor.clone())
+        .chain(target_user.clone())
+        .collect();
     let payment = Payment {
         id: new_id(),
         kind: kinds::PAYMENT.to_owned(),
@@ -207,11 +213,13 @@ pub async fn create(
             // The owner was looked up before the insert; if the address was
             // verified in between, that verification's claim missed this
             // payment, so claim it now.
+            let mut parties = Some(parties);
             if payment.target_user_id.is_none() {
                 if let Some(owner) = verified_owner(store, &payment).await? {
                     claim(store, &owner, now).await?;
                     if let Some(fresh) = store.find_payments(&[payment.id.clone()]).await?.pop() {
                         payment = fresh;
+                        parties = None;
                     }
                 }
             }
@@ -219,6 +227,7 @@ pub async fn create(
                 payment,
                 actor_balance: Money::from_cents(actor_balance_cents),
                 replayed: false,
+                parties,
             })
         }
         InsertOutcome::Replayed {
@@ -228,6 +237,7 @@ pub async fn create(
             payment: as_first_answered(payment),
             actor_balance: Money::from_cents(actor_balance_cents),
             replayed: true,
+            parties: None,
         }),
         InsertOutcome::InsufficientFunds => Err(CreateError::InsufficientFunds),
         InsertOutcome::KeyConflict => Err(CreateError::IdempotencyConflict),
@@ -268,6 +278,13 @@ pub enum Update {
 }
 
 impl Update {
+    /// What makes two updates "the same" for an Idempotency-Key (never the same
+    /// as any new payment's).
+    fn fingerprint(self, payment_id: &str) -> String {
+        let text = format!("update\0{payment_id}\0{self:?}");
+        hex::encode(Sha256::digest(text.as_bytes()))
+    }
+
     pub fn parse(input: &str) -> Option<Self> {
         match input.trim().to_ascii_lowercase().as_str() {
             "approve" => Some(Self::Approve),
@@ -283,6 +300,8 @@ pub struct Updated {
     pub payment: Payment,
     pub refund: Option<Payment>,
     pub balance: Money,
+    /// The answer is the replay of an earlier request with the same key.
+    pub replayed: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -295,8 +314,45 @@ pub enum UpdateError {
     NotAllowed(&'static str),
     #[error("the balance does not cover this charge")]
     InsufficientFunds,
+    #[error("the Idempotency-Key was used with other parameters")]
+    IdempotencyConflict,
     #[error(transparent)]
     Store(#[from] StoreError),
+}
+
+/// The first answer to an update with this key, if the key was used within the
+/// window; a key first used for anything else is a conflict.
+async fn replayed_update(
+    store: &dyn Store,
+    key: &IdempotencyKey,
+) -> Result<Option<Updated>, UpdateError> {
+    let Some(stored) = store
+        .find_idempotency_key(&key.owner_id, &key.key, key.expired_before)
+        .await?
+    else {
+        return Ok(None);
+    };
+    let payment_id = match stored.payment_id {
+        Some(id) if stored.fingerprint == key.fingerprint => id,
+        _ => return Err(UpdateError::IdempotencyConflict),
+    };
+    // The update left the payment in a final state, which never changes, so
+    // the payment as stored is the payment as first answered.
+    let payment = store
+        .find_payments(&[payment_id])
+        .await?
+        .pop()
+        .ok_or(UpdateError::NotFound)?;
+    let refund = match &payment.refund_payment_id {
+        Some(id) => store.find_payments(std::slice::from_ref(id)).await?.pop(),
+        None => None,
+    };
+    Ok(Some(Updated {
+        payment,
+        refund,
+        balance: Money::from_cents(stored.balance_cents.unwrap_or(0)),
+        replayed: true,
+    }))
 }
 
 /// Approves, denies or cancels a pending payment on behalf of `user`.
@@ -306,8 +362,23 @@ pub async fn update(
     user: &User,
     payment_id: &str,
     update: Update,
+    idempotency_key: Option<&str>,
     now: i64,
 ) -> Result<Updated, UpdateError> {
+    let idempotency = idempotency_key.map(|key| IdempotencyKey {
+        owner_id: user.id.clone(),
+        key: key.to_owned(),
+        fingerprint: update.fingerprint(payment_id),
+        now,
+        expired_before: now.saturating_sub(micros(IDEMPOTENCY_WINDOW)),
+    });
+    // A retry of an update that committed finds the payment no longer
+    // pending: its key answers first.
+    if let Some(key) = &idempotency {
+        if let Some(first) = replayed_update(store, key).await? {
+            return Ok(first);
+        }
+    }
     let payment = store
         .find_payments(&[payment_id.to_owned()])
         .await?
@@ -358,6 +429,7 @@ pub async fn update(
         Update::Cancel => returning(&payment, PaymentStatus::Cancelled, now),
     };
     transition.balance_of = Some(user.id.clone());
+    transition.idempotency = idempotency.clone();
     match store.apply_transition(&transition).await? {
         TransitionOutcome::Applied {
             payment,
@@ -367,9 +439,17 @@ pub async fn update(
             payment: *payment,
             refund: refund.map(|r| *r),
             balance: Money::from_cents(balance_cents.unwrap_or(0)),
+            replayed: false,
         }),
         TransitionOutcome::NotPending => Err(UpdateError::InvalidState),
         TransitionOutcome::InsufficientFunds => Err(UpdateError::InsufficientFunds),
+        // A request with the same key committed while this one was deciding.
+        TransitionOutcome::KeyTaken => match &idempotency {
+            Some(key) => replayed_update(store, key)
+                .await?
+                .ok_or(UpdateError::IdempotencyConflict),
+            None => Err(UpdateError::IdempotencyConflict),
+        },
     }
 }
 
@@ -396,6 +476,7 @@ fn base(
         skip_locked: false,
         unclaimed_only: false,
         only_if_active: None,
+        idempotency: None,
     }
 }
 
@@ -444,34 +525,48 @@ fn refund_of(payment: &Payment, now: i64) -> Payment {
 
 /// Most payments the workers take on per round.
 const WORKER_BATCH: i64 = 200;
+/// Most rounds one call runs while rounds come back full, so a backlog drains
+/// in one tick but a call still ends.
+const WORKER_ROUNDS: usize = 25;
 
 /// Settles, fails or expires every payment whose time has come. Safe to run on
 /// many instances at once: each payment changes state exactly once. The timings
 /// apply when the worker looks, so a changed setting applies to every payment.
+/// Settlements, nearly all of the work, are committed a round at a time in one
+/// transaction; the rare failures and expiries one by one.
 #[tracing::instrument(skip_all)]
 pub async fn process_due(store: &dyn Store, timing: Timing, now: i64) -> Result<usize, StoreError> {
     let mut done = 0;
     let settle_by = now.saturating_sub(micros(timing.settlement_delay));
     let expire_by = now.saturating_sub(micros(timing.unclaimed_expiry));
-    for due in store
-        .due_payments(settle_by, expire_by, WORKER_BATCH)
-        .await?
-    {
+    for _ in 0..WORKER_ROUNDS {
+        let due = store
+            .due_payments(settle_by, expire_by, WORKER_BATCH)
+            .await?;
+        let full = i64::try_from(due.len()).unwrap_or(i64::MAX) >= WORKER_BATCH;
+        let moved = process_round(store, &due, now).await?;
+        done += moved;
+        if !full || moved == 0 {
+            break;
+        }
+    }
+    Ok(done)
+}
+
+async fn process_round(
+    store: &dyn Store,
+    due: &[DuePayment],
+    now: i64,
+) -> Result<usize, StoreError> {
+    let mut done = 0;
+    let mut to_settle = Vec::new();
+    for due in due {
         let payment = &due.payment;
-        let mut transition = match (&payment.target_user_id, due.target_suspended) {
-            // Only pays to accounts are due for settlement.
+        let transition = match (&payment.target_user_id, due.target_suspended) {
+            // Only pays to accounts are due for settlement: together, below.
             (Some(_), Some(false)) => {
-                let mut t = base(payment, PaymentStatus::Settled, "settle", now);
-                if let Some(target) = &payment.target_user_id {
-                    t.moves.push(Move {
-                        from: accounts::HELD.to_owned(),
-                        to: target.clone(),
-                        cents: payment.amount_cents,
-                    });
-                    // Suspended since the worker looked: the next round fails it.
-                    t.only_if_active = Some(target.clone());
-                }
-                t
+                to_settle.push(payment);
+                continue;
             }
             (Some(_), _) => returning(payment, PaymentStatus::Failed, now),
             (None, _) => {
@@ -486,21 +581,67 @@ pub async fn process_due(store: &dyn Store, timing: Timing, now: i64) -> Result<
                 t
             }
         };
-        transition.skip_locked = true;
-        // One payment that cannot be moved must not hold up those behind it.
-        match store.apply_transition(&transition).await {
-            Ok(TransitionOutcome::Applied { .. }) => done += 1,
-            Ok(TransitionOutcome::NotPending) => {}
-            Ok(TransitionOutcome::InsufficientFunds) => {
-                tracing::error!(payment_id = %payment.id, "held money is short");
+        done += apply_due(store, transition).await?;
+    }
+    let settlements: Vec<Settlement> = to_settle
+        .iter()
+        .map(|p| Settlement {
+            payment_id: p.id.clone(),
+            movement_id: new_id(),
+        })
+        .collect();
+    match store.settle_payments(&settlements, now).await {
+        Ok(settled) => done += settled.len(),
+        Err(StoreError::Unavailable(e)) => return Err(StoreError::Unavailable(e)),
+        Err(error) => {
+            // One payment that cannot be moved must not hold up the others.
+            let cause = format!("cannot settle a batch: {error}");
+            if let Some(suppressed) = crate::log_throttle::admit(&cause) {
+                tracing::error!(error = ?error, suppressed, "cannot settle a batch; settling one by one");
             }
-            Err(StoreError::Unavailable(e)) => return Err(StoreError::Unavailable(e)),
-            Err(error) => {
-                tracing::error!(payment_id = %payment.id, error = ?error, "cannot move a due payment");
+            for payment in to_settle {
+                done += apply_due(store, settlement(payment, now)).await?;
             }
         }
     }
     Ok(done)
+}
+
+/// A pay to an account settling on its own (what a batch does for each).
+fn settlement(payment: &Payment, now: i64) -> Transition {
+    let mut t = base(payment, PaymentStatus::Settled, "settle", now);
+    if let Some(target) = &payment.target_user_id {
+        t.moves.push(Move {
+            from: accounts::HELD.to_owned(),
+            to: target.clone(),
+            cents: payment.amount_cents,
+        });
+        // Suspended since the worker looked: the next round fails it.
+        t.only_if_active = Some(target.clone());
+    }
+    t
+}
+
+/// Applies one due payment's transition; 1 if it moved. Only an unreachable
+/// database is an error: one payment that cannot be moved must not hold up
+/// those behind it.
+async fn apply_due(store: &dyn Store, mut transition: Transition) -> Result<usize, StoreError> {
+    transition.skip_locked = true;
+    match store.apply_transition(&transition).await {
+        Ok(TransitionOutcome::Applied { .. }) => return Ok(1),
+        Ok(TransitionOutcome::NotPending | TransitionOutcome::KeyTaken) => {}
+        Ok(TransitionOutcome::InsufficientFunds) => {
+            tracing::error!(payment_id = %transition.payment_id, "held money is short");
+        }
+        Err(StoreError::Unavailable(e)) => return Err(StoreError::Unavailable(e)),
+        Err(error) => {
+            let cause = format!("cannot move a due payment: {error}");
+            if let Some(suppressed) = crate::log_throttle::admit(&cause) {
+                tracing::error!(payment_id = %transition.payment_id, error = ?error, suppressed, "cannot move a due payment");
+            }
+        }
+    }
+    Ok(0)
 }
 
 /// Points pending payments to the user's verified e-mail and phone at the user;

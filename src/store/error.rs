@@ -5,11 +5,47 @@ pub enum StoreError {
     Conflict(&'static str),
     #[error("no such {0}")]
     NotFound(&'static str),
-    /// The database cannot be reached; the caller may retry later.
+    /// The database cannot serve now but may soon: unreachable, full, locked past
+    /// the busy timeout, or the connection was lost. The caller may retry later.
     #[error("the database is unavailable")]
     Unavailable(#[source] sqlx::Error),
     #[error(transparent)]
     Unexpected(#[from] anyhow::Error),
+}
+
+impl StoreError {
+    /// A transient condition a client should retry (503), not a bug (500).
+    pub fn is_transient(&self) -> bool {
+        matches!(self, Self::Unavailable(_))
+    }
+}
+
+/// SQLite primary result codes that say "not now" rather than "wrong": BUSY,
+/// LOCKED, IOERR, FULL, CANTOPEN, PROTOCOL (extended codes keep these in the low
+/// byte).
+const SQLITE_TRANSIENT: [i64; 6] = [5, 6, 10, 13, 14, 15];
+
+/// PostgreSQL SQLSTATEs of the same kind, by class or by code: connection
+/// exceptions (08), insufficient resources (53: disk full, out of memory, too many
+/// connections), operator intervention (57P01–57P03: shutdown, cannot connect
+/// now), serialization failures and deadlocks (40001, 40P01), lock not available
+/// (55P03), a read-only server during fail-over (25006).
+fn postgres_transient(code: &str) -> bool {
+    code.starts_with("08")
+        || code.starts_with("53")
+        || code.starts_with("57P0")
+        || matches!(code, "40001" | "40P01" | "55P03" | "25006")
+}
+
+fn is_transient_database_error(db: &dyn sqlx::error::DatabaseError) -> bool {
+    let Some(code) = db.code() else {
+        return false;
+    };
+    if let Ok(number) = code.parse::<i64>() {
+        // SQLite reports its (extended) result code as a number.
+        return SQLITE_TRANSIENT.contains(&(number & 0xff));
+    }
+    postgres_transient(&code)
 }
 
 impl From<sqlx::Error> for StoreError {
@@ -20,6 +56,9 @@ impl From<sqlx::Error> for StoreError {
             | sqlx::Error::PoolTimedOut
             | sqlx::Error::PoolClosed
             | sqlx::Error::WorkerCrashed => Self::Unavailable(error),
+            sqlx::Error::Database(db) if is_transient_database_error(db.as_ref()) => {
+                Self::Unavailable(error)
+            }
             sqlx::Error::Database(db) if db.is_unique_violation() => {
                 // Constraint names on PostgreSQL, messages on SQLite: both mention
                 // the column or index, which is named after the column.
@@ -40,6 +79,23 @@ impl From<sqlx::migrate::MigrateError> for StoreError {
         match error {
             sqlx::migrate::MigrateError::Execute(e) => e.into(),
             other => Self::Unexpected(anyhow::Error::new(other).context("migration failed")),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn postgres_transient_states_are_told_from_bugs() {
+        for code in [
+            "08006", "08001", "53100", "53300", "57P01", "57P03", "40001", "40P01",
+        ] {
+            assert!(postgres_transient(code), "{code}");
+        }
+        for code in ["23505", "42601", "22P02", "42P01", "57014"] {
+            assert!(!postgres_transient(code), "{code}");
         }
     }
 }

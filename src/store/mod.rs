@@ -16,10 +16,10 @@ pub use oauth::*;
 pub use pages::*;
 pub use payments::{
     kinds, DuePayment, IdempotencyKey, InsertOutcome, Move, Payment, PaymentFilter, PaymentInsert,
-    PaymentStore, Transition, TransitionOutcome, UserSearch,
+    PaymentStore, Settlement, StoredIdempotencyKey, Transition, TransitionOutcome, UserSearch,
 };
 pub use postgres::PgStore;
-pub use sqlite::SqliteStore;
+pub use sqlite::{SqliteStore, PAGE_LIMIT_FILE_VARIABLE as SQLITE_PAGE_LIMIT_FILE_VARIABLE};
 
 use crate::config::DatabaseUrl;
 use async_trait::async_trait;
@@ -45,8 +45,14 @@ pub trait Store: OAuthStore + PaymentStore + PagesStore + Send + Sync + 'static 
     /// Applies pending migrations (safe to call from several processes at once).
     async fn migrate(&self) -> Result<(), StoreError>;
 
-    /// Checks that the database answers.
+    /// Checks that the database answers and, on SQLite, that the writer can
+    /// write.
     async fn ping(&self) -> Result<(), StoreError>;
+
+    /// Writes a consistent copy of the whole database to a new file at `path`
+    /// while others keep reading and writing. SQLite only: a PostgreSQL store
+    /// answers `None` (back it up with pg_dump).
+    async fn backup_into(&self, path: &str) -> Result<Option<()>, StoreError>;
 
     /// Returns the stored value of a server setting, storing `candidate` first if
     /// there is none yet. Racing callers all get the one value that won.

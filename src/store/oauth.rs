@@ -428,52 +428,126 @@ macro_rules! impl_oauth_store {
                 now: i64,
                 successors: &[NewToken],
             ) -> Result<RefreshUse, StoreError> {
+                // The guarded spend, the successors (one multi-row insert) and
+                // the grant, sent at once: on PostgreSQL one statement (its own
+                // transaction, one round trip); on SQLite one batch inside
+                // `BEGIN IMMEDIATE`, rolled back when nothing was spent.
+                let grant_columns = "g.id, g.user_id, g.client_id, g.scopes, g.flow, \
+                                     g.created_at, g.last_used_at, g.revoked_at";
+                let spend = |query: &mut sqlx::QueryBuilder<'_, Backend>| {
+                    query
+                        .push("UPDATE oauth_tokens SET used_at = ")
+                        .push_bind(now)
+                        .push(" WHERE digest = ")
+                        .push_bind(digest.to_owned())
+                        .push(
+                            " AND kind = 'refresh' AND used_at IS NULL \
+                             AND revoked_at IS NULL AND expires_at > ",
+                        )
+                        .push_bind(now)
+                        .push(
+                            " AND grant_id IN (SELECT id FROM oauth_grants \
+                             WHERE client_id = ",
+                        )
+                        .push_bind(client_id.to_owned())
+                        .push(" AND revoked_at IS NULL)");
+                };
+                let successor_values = |query: &mut sqlx::QueryBuilder<'_, Backend>| {
+                    query.push("(VALUES ");
+                    for (i, token) in successors.iter().enumerate() {
+                        query
+                            .push(if i == 0 { "(" } else { ", (" })
+                            .push_bind(token.digest.clone())
+                            .push(", ")
+                            .push_bind(token.kind.as_str())
+                            .push(", ")
+                            .push_bind(token.scopes.clone())
+                            .push(", ")
+                            .push_bind(token.created_at)
+                            .push(", ")
+                            .push_bind(token.expires_at)
+                            .push(")");
+                    }
+                    query.push(")");
+                };
+                let mut query = sqlx::QueryBuilder::<Backend>::new("");
+                let spent = match self.statement_pool() {
+                    Some(pool) => {
+                        query.push("WITH spent AS (");
+                        spend(&mut query);
+                        query.push(" RETURNING grant_id)");
+                        if !successors.is_empty() {
+                            query.push(
+                                ", issued AS (INSERT INTO oauth_tokens \
+                                 (digest, grant_id, kind, scopes, created_at, expires_at) \
+                                 SELECT t.digest, spent.grant_id, t.kind, t.scopes, \
+                                 t.created_at, t.expires_at FROM spent CROSS JOIN ",
+                            );
+                            successor_values(&mut query);
+                            query.push(" AS t (digest, kind, scopes, created_at, expires_at))");
+                        }
+                        query.push(format!(
+                            " SELECT {grant_columns} FROM oauth_grants g \
+                             JOIN spent ON spent.grant_id = g.id"
+                        ));
+                        query.build_query_as::<Grant>().fetch_optional(pool).await?
+                    }
+                    None => {
+                        spend(&mut query);
+                        // changes(): the rows the spend just changed.
+                        query
+                            .push(format!(
+                                "; SELECT {grant_columns} FROM oauth_grants g \
+                                 JOIN oauth_tokens t ON t.grant_id = g.id \
+                                 WHERE changes() = 1 AND t.digest = "
+                            ))
+                            .push_bind(digest.to_owned());
+                        if !successors.is_empty() {
+                            query.push(
+                                "; INSERT INTO oauth_tokens \
+                                 (digest, grant_id, kind, scopes, created_at, expires_at) \
+                                 SELECT v.column1, t.grant_id, v.column2, v.column3, \
+                                 v.column4, v.column5 FROM oauth_tokens t, ",
+                            );
+                            successor_values(&mut query);
+                            query
+                                .push(" AS v WHERE t.digest = ")
+                                .push_bind(digest.to_owned());
+                        }
+                        let mut tx = self.write().await?;
+                        // Every row, so that each statement runs.
+                        let grant = query.build_query_as::<Grant>().fetch_all(&mut *tx).await?.pop();
+                        match grant {
+                            Some(grant) => {
+                                tx.commit().await?;
+                                Some(grant)
+                            }
+                            None => {
+                                tx.rollback().await?;
+                                None
+                            }
+                        }
+                    }
+                };
+                if let Some(grant) = spent {
+                    return Ok(RefreshUse::Rotated(grant));
+                }
                 let mut tx = self.write().await?;
-                let spent: Option<String> = sqlx::query_scalar(
-                    "UPDATE oauth_tokens SET used_at = $2 \
-                     WHERE digest = $1 AND kind = 'refresh' AND used_at IS NULL \
-                     AND revoked_at IS NULL AND expires_at > $2 \
-                     AND grant_id IN (SELECT id FROM oauth_grants \
-                                      WHERE client_id = $3 AND revoked_at IS NULL) \
-                     RETURNING grant_id",
+                let used: Option<(String, Option<i64>)> = sqlx::query_as(
+                    "SELECT t.grant_id, t.used_at FROM oauth_tokens t \
+                     JOIN oauth_grants g ON g.id = t.grant_id \
+                     WHERE t.digest = $1 AND t.kind = 'refresh' AND g.client_id = $2",
                 )
                 .bind(digest)
-                .bind(now)
                 .bind(client_id)
                 .fetch_optional(&mut *tx)
                 .await?;
-                let outcome = match spent {
-                    Some(grant_id) => {
-                        for token in successors {
-                            insert_token(&mut tx, &grant_id, token).await?;
-                        }
-                        let grant = sqlx::query_as::<_, Grant>(
-                            "SELECT id, user_id, client_id, scopes, flow, created_at, \
-                             last_used_at, revoked_at FROM oauth_grants WHERE id = $1",
-                        )
-                        .bind(&grant_id)
-                        .fetch_one(&mut *tx)
-                        .await?;
-                        RefreshUse::Rotated(grant)
+                let outcome = match used {
+                    Some((grant_id, Some(_))) => {
+                        revoke_grant(&mut tx, &grant_id, now).await?;
+                        RefreshUse::Replayed
                     }
-                    None => {
-                        let used: Option<(String, Option<i64>)> = sqlx::query_as(
-                            "SELECT t.grant_id, t.used_at FROM oauth_tokens t \
-                             JOIN oauth_grants g ON g.id = t.grant_id \
-                             WHERE t.digest = $1 AND t.kind = 'refresh' AND g.client_id = $2",
-                        )
-                        .bind(digest)
-                        .bind(client_id)
-                        .fetch_optional(&mut *tx)
-                        .await?;
-                        match used {
-                            Some((grant_id, Some(_))) => {
-                                revoke_grant(&mut tx, &grant_id, now).await?;
-                                RefreshUse::Replayed
-                            }
-                            _ => RefreshUse::Invalid,
-                        }
-                    }
+                    _ => RefreshUse::Invalid,
                 };
                 tx.commit().await?;
                 Ok(outcome)

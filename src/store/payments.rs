@@ -6,9 +6,80 @@
 use super::{StoreError, User};
 use async_trait::async_trait;
 
-pub const PAYMENT_COLUMNS: &str = "id, kind, actor_id, target_type, target_user_id, \
-    target_email, target_phone, action, amount_cents, note, audience, status, medium, \
-    date_created, date_completed, reached_account_at, refund_payment_id";
+macro_rules! payment_columns {
+    () => {
+        "id, kind, actor_id, target_type, target_user_id, target_email, target_phone, \
+         action, amount_cents, note, audience, status, medium, date_created, date_completed, \
+         reached_account_at, refund_payment_id"
+    };
+}
+
+pub const PAYMENT_COLUMNS: &str = payment_columns!();
+
+/// A new payment's movement, as statements both backends share the binds of:
+/// `$1`..`$17` the payment row in `PAYMENT_COLUMNS` order (`$3` the actor, `$5`
+/// the target account, `$9` the amount, `$14` the time), and for a pay `$18` the
+/// hold's movement id and `$19` the `@held` account. Each returns the actor's
+/// balance afterwards as its only row; a pay returns no row when the balance
+/// does not cover it.
+///
+/// PostgreSQL: one statement (data-modifying CTEs), so one round trip and its
+/// own transaction; the actor's row is locked only while it runs, and nothing
+/// is written unless the guarded debit took the money.
+pub(crate) const PG_HOLD_SQL: &str = concat!(
+    "WITH debit AS (UPDATE users SET balance_cents = balance_cents - $9 \
+       WHERE id = $3 AND balance_cents >= $9 RETURNING balance_cents), \
+     made AS (INSERT INTO payments (",
+    payment_columns!(),
+    ") SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17 \
+       FROM debit RETURNING id), \
+     hold AS (INSERT INTO ledger_entries \
+       (movement_id, kind, account, amount_cents, payment_id, created_at) \
+       SELECT $18, 'hold', e.account, e.cents, made.id, $14 FROM made \
+       CROSS JOIN (VALUES ($3, -$9), ($19, $9)) AS e (account, cents)), \
+     parties AS (INSERT INTO payment_parties (user_id, date_created, payment_id) \
+       SELECT u.id, $14, made.id FROM made CROSS JOIN (VALUES ($3), ($5)) AS u (id) \
+       WHERE u.id IS NOT NULL ON CONFLICT DO NOTHING) \
+     SELECT balance_cents FROM debit"
+);
+
+/// A charge moves nothing: the row, its parties, and the actor's balance.
+pub(crate) const PG_CHARGE_SQL: &str = concat!(
+    "WITH made AS (INSERT INTO payments (",
+    payment_columns!(),
+    ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17) \
+       RETURNING id), \
+     parties AS (INSERT INTO payment_parties (user_id, date_created, payment_id) \
+       SELECT u.id, $14, made.id FROM made CROSS JOIN (VALUES ($3), ($5)) AS u (id) \
+       WHERE u.id IS NOT NULL ON CONFLICT DO NOTHING) \
+     SELECT balance_cents FROM users WHERE id = $3"
+);
+
+/// SQLite has no data-modifying CTEs, but runs several statements sent at once
+/// (one trip to its connection thread). They run inside the caller's `BEGIN
+/// IMMEDIATE`: when the debit returns no row, the caller rolls all back.
+pub(crate) const SQLITE_HOLD_SQL: &str = concat!(
+    "UPDATE users SET balance_cents = balance_cents - $9 \
+       WHERE id = $3 AND balance_cents >= $9 RETURNING balance_cents; \
+     INSERT INTO payments (",
+    payment_columns!(),
+    ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17); \
+     INSERT INTO ledger_entries (movement_id, kind, account, amount_cents, payment_id, created_at) \
+       VALUES ($18, 'hold', $3, -$9, $1, $14), ($18, 'hold', $19, $9, $1, $14); \
+     INSERT INTO payment_parties (user_id, date_created, payment_id) \
+       SELECT id, $14, $1 FROM (SELECT $3 AS id UNION ALL SELECT $5) \
+       WHERE id IS NOT NULL ON CONFLICT DO NOTHING"
+);
+
+pub(crate) const SQLITE_CHARGE_SQL: &str = concat!(
+    "INSERT INTO payments (",
+    payment_columns!(),
+    ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17); \
+     INSERT INTO payment_parties (user_id, date_created, payment_id) \
+       SELECT id, $14, $1 FROM (SELECT $3 AS id UNION ALL SELECT $5) \
+       WHERE id IS NOT NULL ON CONFLICT DO NOTHING; \
+     SELECT balance_cents FROM users WHERE id = $3"
+);
 
 /// A payment, charge or refund as stored. `amount_cents` is positive; `action`
 /// tells the direction.
@@ -41,7 +112,7 @@ pub mod kinds {
     pub const REFUND: &str = "refund";
 }
 
-/// An Idempotency-Key presented with a new payment.
+/// An Idempotency-Key presented with a new payment or a payment update.
 #[derive(Debug, Clone)]
 pub struct IdempotencyKey {
     pub owner_id: String,
@@ -60,6 +131,15 @@ pub struct PaymentInsert {
     /// For a pay: the ledger movement that holds the amount from the actor.
     pub hold_movement_id: Option<String>,
     pub idempotency: Option<IdempotencyKey>,
+}
+
+/// A key as stored: what it was first used for and what that answered.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct StoredIdempotencyKey {
+    pub fingerprint: String,
+    /// The payment made or changed; none while its first request is in flight.
+    pub payment_id: Option<String>,
+    pub balance_cents: Option<i64>,
 }
 
 #[derive(Debug)]
@@ -111,6 +191,16 @@ pub struct Transition {
     /// it when the payment changes (a settlement must not credit an account
     /// suspended after the worker looked).
     pub only_if_active: Option<String>,
+    /// Taken in the same transaction, so a committed change always has its key.
+    pub idempotency: Option<IdempotencyKey>,
+}
+
+/// A pending pay to an account, to settle from the hold into that account.
+#[derive(Debug, Clone)]
+pub struct Settlement {
+    pub payment_id: String,
+    /// The ledger movement of the two `settle` entries.
+    pub movement_id: String,
 }
 
 #[derive(Debug)]
@@ -124,6 +214,8 @@ pub enum TransitionOutcome {
     NotPending,
     /// A debited balance is short; nothing changed.
     InsufficientFunds,
+    /// The transition's Idempotency-Key was taken first; nothing changed.
+    KeyTaken,
 }
 
 /// Which of a user's payments to list, newest first.
@@ -170,7 +262,26 @@ pub trait PaymentStore: Send + Sync {
         transition: &Transition,
     ) -> Result<TransitionOutcome, StoreError>;
 
+    /// Settles pending pays, all in one transaction: each one still pending,
+    /// held by no other worker (PostgreSQL `SKIP LOCKED`) and whose target
+    /// account is not suspended as the database has it then, becomes settled
+    /// with its `settle` movement from `@held`; the others stay as they are.
+    /// Returns the ids of those settled.
+    async fn settle_payments(
+        &self,
+        settlements: &[Settlement],
+        at: i64,
+    ) -> Result<Vec<String>, StoreError>;
+
     async fn find_payments(&self, ids: &[String]) -> Result<Vec<Payment>, StoreError>;
+
+    /// The owner's key, unless it was created before `created_since`.
+    async fn find_idempotency_key(
+        &self,
+        owner_id: &str,
+        key: &str,
+        created_since: i64,
+    ) -> Result<Option<StoredIdempotencyKey>, StoreError>;
 
     async fn list_payments(&self, filter: &PaymentFilter) -> Result<Vec<Payment>, StoreError>;
 
@@ -217,6 +328,56 @@ pub(crate) fn prefixed(columns: &str, alias: &str) -> String {
 macro_rules! impl_payment_store {
     ($store:ty) => {
         impl $store {
+            /// Takes an Idempotency-Key for this transaction, forgetting an
+            /// expired one first. False if the key is held: one atomic statement
+            /// takes it, so a racing request waits for this transaction and then
+            /// finds it taken.
+            async fn take_idempotency_key(
+                tx: &mut sqlx::Transaction<'static, Backend>,
+                key: &$crate::store::IdempotencyKey,
+            ) -> Result<bool, StoreError> {
+                sqlx::query(
+                    "DELETE FROM idempotency_keys \
+                     WHERE owner_id = $1 AND key = $2 AND created_at < $3",
+                )
+                .bind(&key.owner_id)
+                .bind(&key.key)
+                .bind(key.expired_before)
+                .execute(&mut **tx)
+                .await?;
+                let taken = sqlx::query(
+                    "INSERT INTO idempotency_keys (owner_id, key, fingerprint, created_at) \
+                     VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",
+                )
+                .bind(&key.owner_id)
+                .bind(&key.key)
+                .bind(&key.fingerprint)
+                .bind(key.now)
+                .execute(&mut **tx)
+                .await?;
+                Ok(taken.rows_affected() == 1)
+            }
+
+            /// Records what a key's first request changed and answered.
+            async fn complete_idempotency_key(
+                tx: &mut sqlx::Transaction<'static, Backend>,
+                key: &$crate::store::IdempotencyKey,
+                payment_id: &str,
+                balance_cents: Option<i64>,
+            ) -> Result<(), StoreError> {
+                sqlx::query(
+                    "UPDATE idempotency_keys SET payment_id = $3, balance_cents = $4 \
+                     WHERE owner_id = $1 AND key = $2",
+                )
+                .bind(&key.owner_id)
+                .bind(&key.key)
+                .bind(payment_id)
+                .bind(balance_cents)
+                .execute(&mut **tx)
+                .await?;
+                Ok(())
+            }
+
             async fn insert_payment_row(
                 tx: &mut sqlx::Transaction<'static, Backend>,
                 p: &$crate::store::Payment,
@@ -249,6 +410,54 @@ macro_rules! impl_payment_store {
                 Ok(())
             }
 
+            /// Writes a new payment with its parties and, for a pay, the hold:
+            /// `HOLD_SQL` or `CHARGE_SQL` in one call. Returns the actor's
+            /// balance afterwards, or None when a pay is not covered (the caller
+            /// then rolls back: on SQLite the rows were already written).
+            async fn record_payment<'e, E>(
+                executor: E,
+                insert: &$crate::store::PaymentInsert,
+            ) -> Result<Option<i64>, StoreError>
+            where
+                E: sqlx::Executor<'e, Database = Backend>,
+            {
+                let p = &insert.payment;
+                let sql = if insert.hold_movement_id.is_some() {
+                    HOLD_SQL
+                } else {
+                    CHARGE_SQL
+                };
+                let mut query = sqlx::query_scalar::<_, i64>(sql)
+                    .bind(&p.id)
+                    .bind(&p.kind)
+                    .bind(&p.actor_id)
+                    .bind(&p.target_type)
+                    .bind(&p.target_user_id)
+                    .bind(&p.target_email)
+                    .bind(&p.target_phone)
+                    .bind(&p.action)
+                    .bind(p.amount_cents)
+                    .bind(&p.note)
+                    .bind(&p.audience)
+                    .bind(&p.status)
+                    .bind(&p.medium)
+                    .bind(p.date_created)
+                    .bind(p.date_completed)
+                    .bind(p.reached_account_at)
+                    .bind(&p.refund_payment_id);
+                if let Some(movement_id) = &insert.hold_movement_id {
+                    query = query
+                        .bind(movement_id)
+                        .bind($crate::store::accounts::HELD);
+                }
+                // Every row, so that each of SQLite's statements runs.
+                let balance = query.fetch_all(executor).await?.pop();
+                if balance.is_none() && insert.hold_movement_id.is_none() {
+                    return Err(StoreError::NotFound("user"));
+                }
+                Ok(balance)
+            }
+
             async fn payment_in(
                 tx: &mut sqlx::Transaction<'static, Backend>,
                 id: &str,
@@ -272,23 +481,6 @@ macro_rules! impl_payment_store {
                     .fetch_optional(&mut **tx)
                     .await?
                     .ok_or(StoreError::NotFound("user"))
-            }
-
-            async fn add_party(
-                tx: &mut sqlx::Transaction<'static, Backend>,
-                user_id: &str,
-                p: &$crate::store::Payment,
-            ) -> Result<(), StoreError> {
-                sqlx::query(
-                    "INSERT INTO payment_parties (user_id, date_created, payment_id) \
-                     VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
-                )
-                .bind(user_id)
-                .bind(p.date_created)
-                .bind(&p.id)
-                .execute(&mut **tx)
-                .await?;
-                Ok(())
             }
 
             async fn ledger_move(
@@ -378,111 +570,66 @@ macro_rules! impl_payment_store {
             ) -> Result<$crate::store::InsertOutcome, StoreError> {
                 use $crate::store::InsertOutcome;
                 let p = &insert.payment;
-                let actor = p.actor_id.as_deref().ok_or(StoreError::NotFound("actor"))?;
-                let mut tx = self.write().await?;
-                if let Some(key) = &insert.idempotency {
-                    sqlx::query(
-                        "DELETE FROM idempotency_keys \
-                         WHERE owner_id = $1 AND key = $2 AND created_at < $3",
-                    )
-                    .bind(&key.owner_id)
-                    .bind(&key.key)
-                    .bind(key.expired_before)
-                    .execute(&mut *tx)
-                    .await?;
-                    // One atomic statement takes the key; a racing request waits
-                    // for this transaction and then finds the key taken.
-                    let taken = sqlx::query(
-                        "INSERT INTO idempotency_keys (owner_id, key, fingerprint, created_at) \
-                         VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",
-                    )
-                    .bind(&key.owner_id)
-                    .bind(&key.key)
-                    .bind(&key.fingerprint)
-                    .bind(key.now)
-                    .execute(&mut *tx)
-                    .await?;
-                    if taken.rows_affected() == 0 {
-                        let (fingerprint, payment_id, balance): (String, Option<String>, Option<i64>) =
-                            sqlx::query_as(
-                                "SELECT fingerprint, payment_id, balance_cents \
-                                 FROM idempotency_keys WHERE owner_id = $1 AND key = $2",
-                            )
-                            .bind(&key.owner_id)
-                            .bind(&key.key)
-                            .fetch_one(&mut *tx)
-                            .await?;
-                        let outcome = match payment_id {
-                            Some(id) if fingerprint == key.fingerprint => {
-                                InsertOutcome::Replayed {
-                                    payment: Self::payment_in(&mut tx, &id).await?,
-                                    actor_balance_cents: balance.unwrap_or(0),
-                                }
-                            }
-                            _ => InsertOutcome::KeyConflict,
-                        };
-                        tx.commit().await?;
-                        return Ok(outcome);
-                    }
-                }
-                let balance = match &insert.hold_movement_id {
-                    Some(movement_id) => {
-                        let debited: Option<i64> = sqlx::query_scalar(
-                            "UPDATE users SET balance_cents = balance_cents - $1 \
-                             WHERE id = $2 AND balance_cents >= $1 RETURNING balance_cents",
-                        )
-                        .bind(p.amount_cents)
-                        .bind(actor)
-                        .fetch_optional(&mut *tx)
-                        .await?;
-                        let Some(balance) = debited else {
-                            // Rolled back now, not when the connection is next
-                            // used: the key and the row locks go at once.
-                            tx.rollback().await?;
-                            return Ok(InsertOutcome::InsufficientFunds);
-                        };
-                        Self::insert_payment_row(&mut tx, p).await?;
-                        Self::ledger_move(
-                            &mut tx,
-                            movement_id,
-                            "hold",
-                            &p.id,
-                            p.date_created,
-                            &$crate::store::Move {
-                                from: actor.to_owned(),
-                                to: $crate::store::accounts::HELD.to_owned(),
-                                cents: p.amount_cents,
-                            },
-                        )
-                        .await?;
-                        balance
-                    }
-                    None => {
-                        Self::insert_payment_row(&mut tx, p).await?;
-                        Self::balance_in(&mut tx, actor).await?
-                    }
+                p.actor_id.as_deref().ok_or(StoreError::NotFound("actor"))?;
+                let created = |balance: Option<i64>| match balance {
+                    Some(balance) => InsertOutcome::Created {
+                        payment: p.clone(),
+                        actor_balance_cents: balance,
+                    },
+                    None => InsertOutcome::InsufficientFunds,
                 };
-                Self::add_party(&mut tx, actor, p).await?;
-                if let Some(target) = &p.target_user_id {
-                    Self::add_party(&mut tx, target, p).await?;
+                let Some(key) = &insert.idempotency else {
+                    if let Some(pool) = self.statement_pool() {
+                        return Ok(created(Self::record_payment(pool, insert).await?));
+                    }
+                    let mut tx = self.write().await?;
+                    let balance = Self::record_payment(&mut *tx, insert).await?;
+                    // A short balance rolls back at once: the row locks go now.
+                    match balance {
+                        Some(_) => tx.commit().await?,
+                        None => tx.rollback().await?,
+                    }
+                    return Ok(created(balance));
+                };
+                let mut tx = self.write().await?;
+                if !Self::take_idempotency_key(&mut tx, key).await? {
+                    let (fingerprint, payment_id, balance): (String, Option<String>, Option<i64>) =
+                        sqlx::query_as(
+                            "SELECT fingerprint, payment_id, balance_cents \
+                             FROM idempotency_keys WHERE owner_id = $1 AND key = $2",
+                        )
+                        .bind(&key.owner_id)
+                        .bind(&key.key)
+                        .fetch_one(&mut *tx)
+                        .await?;
+                    let outcome = match payment_id {
+                        Some(id) if fingerprint == key.fingerprint => InsertOutcome::Replayed {
+                            payment: Self::payment_in(&mut tx, &id).await?,
+                            actor_balance_cents: balance.unwrap_or(0),
+                        },
+                        _ => InsertOutcome::KeyConflict,
+                    };
+                    tx.commit().await?;
+                    return Ok(outcome);
                 }
-                if let Some(key) = &insert.idempotency {
-                    sqlx::query(
-                        "UPDATE idempotency_keys SET payment_id = $3, balance_cents = $4 \
-                         WHERE owner_id = $1 AND key = $2",
-                    )
-                    .bind(&key.owner_id)
-                    .bind(&key.key)
-                    .bind(&p.id)
-                    .bind(balance)
-                    .execute(&mut *tx)
-                    .await?;
-                }
+                let Some(balance) = Self::record_payment(&mut *tx, insert).await? else {
+                    // Rolled back now, not when the connection is next used:
+                    // the key and the row locks go at once.
+                    tx.rollback().await?;
+                    return Ok(InsertOutcome::InsufficientFunds);
+                };
+                sqlx::query(
+                    "UPDATE idempotency_keys SET payment_id = $3, balance_cents = $4 \
+                     WHERE owner_id = $1 AND key = $2",
+                )
+                .bind(&key.owner_id)
+                .bind(&key.key)
+                .bind(&p.id)
+                .bind(balance)
+                .execute(&mut *tx)
+                .await?;
                 tx.commit().await?;
-                Ok(InsertOutcome::Created {
-                    payment: p.clone(),
-                    actor_balance_cents: balance,
-                })
+                Ok(created(Some(balance)))
             }
 
             #[tracing::instrument(skip_all, fields(payment_id = %t.payment_id, status = t.status))]
@@ -492,6 +639,12 @@ macro_rules! impl_payment_store {
             ) -> Result<$crate::store::TransitionOutcome, StoreError> {
                 use $crate::store::TransitionOutcome;
                 let mut tx = self.write().await?;
+                if let Some(key) = &t.idempotency {
+                    if !Self::take_idempotency_key(&mut tx, key).await? {
+                        tx.rollback().await?;
+                        return Ok(TransitionOutcome::KeyTaken);
+                    }
+                }
                 if t.skip_locked {
                     let sql = format!(
                         "SELECT id FROM payments WHERE id = $1 AND status = 'pending'{SKIP_LOCKED}"
@@ -548,12 +701,125 @@ macro_rules! impl_payment_store {
                     Some(user_id) => Some(Self::balance_in(&mut tx, user_id).await?),
                     None => None,
                 };
+                if let Some(key) = &t.idempotency {
+                    Self::complete_idempotency_key(&mut tx, key, &t.payment_id, balance_cents)
+                        .await?;
+                }
                 tx.commit().await?;
                 Ok(TransitionOutcome::Applied {
                     payment: Box::new(payment),
                     refund: t.refund.clone().map(Box::new),
                     balance_cents,
                 })
+            }
+
+            async fn find_idempotency_key(
+                &self,
+                owner_id: &str,
+                key: &str,
+                created_since: i64,
+            ) -> Result<Option<$crate::store::StoredIdempotencyKey>, StoreError> {
+                Ok(sqlx::query_as(
+                    "SELECT fingerprint, payment_id, balance_cents FROM idempotency_keys \
+                     WHERE owner_id = $1 AND key = $2 AND created_at >= $3",
+                )
+                .bind(owner_id)
+                .bind(key)
+                .bind(created_since)
+                .fetch_optional(self.reader())
+                .await?)
+            }
+
+            #[tracing::instrument(skip_all, fields(count = settlements.len()))]
+            async fn settle_payments(
+                &self,
+                settlements: &[$crate::store::Settlement],
+                at: i64,
+            ) -> Result<Vec<String>, StoreError> {
+                if settlements.is_empty() {
+                    return Ok(Vec::new());
+                }
+                let push_ids = |query: &mut sqlx::QueryBuilder<'_, Backend>| {
+                    let mut list = query.separated(", ");
+                    for s in settlements {
+                        list.push_bind(s.payment_id.clone());
+                    }
+                };
+                let mut tx = self.write().await?;
+                if let Some((head, tail)) = LOCK_SETTLED_TARGETS {
+                    let mut lock = sqlx::QueryBuilder::<Backend>::new(head);
+                    push_ids(&mut lock);
+                    lock.push(tail);
+                    lock.build().fetch_all(&mut *tx).await?;
+                }
+                let mut update = sqlx::QueryBuilder::<Backend>::new(
+                    "UPDATE payments SET status = 'settled', date_completed = ",
+                );
+                update
+                    .push_bind(at)
+                    .push(" WHERE id IN (SELECT id FROM payments WHERE id IN (");
+                push_ids(&mut update);
+                update.push(format!(
+                    ") AND status = 'pending'{SKIP_LOCKED}) \
+                     AND status = 'pending' AND action = 'pay' \
+                     AND EXISTS (SELECT 1 FROM users u \
+                                 WHERE u.id = payments.target_user_id AND NOT u.suspended) \
+                     RETURNING id, target_user_id, amount_cents"
+                ));
+                let settled: Vec<(String, String, i64)> =
+                    update.build_query_as().fetch_all(&mut *tx).await?;
+                if settled.is_empty() {
+                    tx.rollback().await?;
+                    return Ok(Vec::new());
+                }
+                let mut credits: std::collections::BTreeMap<&str, i64> = Default::default();
+                for (_, target, cents) in &settled {
+                    *credits.entry(target.as_str()).or_default() += cents;
+                }
+                let mut credit = sqlx::QueryBuilder::<Backend>::new(
+                    "UPDATE users SET balance_cents = balance_cents + CASE id",
+                );
+                for (account, cents) in &credits {
+                    credit
+                        .push(" WHEN ")
+                        .push_bind(account.to_string())
+                        .push(" THEN ")
+                        .push_bind(*cents);
+                }
+                credit.push(" END WHERE id IN (");
+                let mut list = credit.separated(", ");
+                for account in credits.keys() {
+                    list.push_bind(account.to_string());
+                }
+                credit.push(")");
+                credit.build().execute(&mut *tx).await?;
+                let movements: std::collections::HashMap<&str, &str> = settlements
+                    .iter()
+                    .map(|s| (s.payment_id.as_str(), s.movement_id.as_str()))
+                    .collect();
+                let mut entries = sqlx::QueryBuilder::<Backend>::new(
+                    "INSERT INTO ledger_entries \
+                     (movement_id, kind, account, amount_cents, payment_id, created_at) ",
+                );
+                let mut rows = Vec::with_capacity(settled.len() * 2);
+                for (id, target, cents) in &settled {
+                    let movement = *movements
+                        .get(id.as_str())
+                        .ok_or(StoreError::NotFound("settlement"))?;
+                    rows.push((movement, $crate::store::accounts::HELD, -cents, id));
+                    rows.push((movement, target.as_str(), *cents, id));
+                }
+                entries.push_values(rows, |mut row, (movement, account, cents, id)| {
+                    row.push_bind(movement.to_owned())
+                        .push_bind("settle")
+                        .push_bind(account.to_owned())
+                        .push_bind(cents)
+                        .push_bind(id.clone())
+                        .push_bind(at);
+                });
+                entries.build().execute(&mut *tx).await?;
+                tx.commit().await?;
+                Ok(settled.into_iter().map(|(id, _, _)| id).collect())
             }
 
             #[tracing::instrument(skip_all, fields(count = ids.len()))]

@@ -33,12 +33,28 @@ impl PgStore {
         Ok(())
     }
 
+    async fn ready(&self) -> Result<(), StoreError> {
+        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        Ok(())
+    }
+
     fn reader(&self) -> &PgPool {
         &self.pool
     }
 
     async fn write(&self) -> Result<Transaction<'static, Postgres>, StoreError> {
         Ok(self.pool.begin().await?)
+    }
+
+    /// PostgreSQL has its own tools for this (pg_dump, base backups).
+    async fn copy_into(&self, _path: &str) -> Result<Option<()>, StoreError> {
+        Ok(None)
+    }
+
+    /// Where a write that is one statement runs as its own transaction, without
+    /// the round trips of BEGIN and COMMIT.
+    fn statement_pool(&self) -> Option<&PgPool> {
+        Some(&self.pool)
     }
 
     async fn snapshot(&self) -> Result<Transaction<'static, Postgres>, StoreError> {
@@ -54,6 +70,16 @@ const SKIP_LOCKED: &str = " FOR UPDATE SKIP LOCKED";
 /// Serializes transactions about one key (e.g. a sign-in throttle key) until
 /// they commit, on every instance.
 const KEY_LOCK: &str = "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))";
+
+/// A new payment's movement, one statement (see payments.rs).
+const HOLD_SQL: &str = super::payments::PG_HOLD_SQL;
+const CHARGE_SQL: &str = super::payments::PG_CHARGE_SQL;
+/// A settlement batch first locks the accounts it credits in id order, as every
+/// other transaction that moves money does, so two cannot deadlock.
+const LOCK_SETTLED_TARGETS: Option<(&str, &str)> = Some((
+    "SELECT u.id FROM users u JOIN payments p ON p.target_user_id = u.id WHERE p.id IN (",
+    ") ORDER BY u.id FOR NO KEY UPDATE OF u",
+));
 
 type Backend = Postgres;
 

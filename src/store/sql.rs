@@ -26,10 +26,13 @@ macro_rules! impl_store {
                 self.run_migrations().await
             }
 
+            async fn backup_into(&self, path: &str) -> Result<Option<()>, StoreError> {
+                self.copy_into(path).await
+            }
+
             #[tracing::instrument(skip_all)]
             async fn ping(&self) -> Result<(), StoreError> {
-                sqlx::query("SELECT 1").execute(self.reader()).await?;
-                Ok(())
+                self.ready().await
             }
 
             #[tracing::instrument(skip_all, fields(key))]

@@ -4,9 +4,45 @@ use super::payments::impl_payment_store;
 use super::sql::impl_store;
 use super::*;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
-use sqlx::{Sqlite, SqlitePool, Transaction};
+use sqlx::{Connection, Sqlite, SqlitePool, Transaction};
+use std::path::PathBuf;
 use std::str::FromStr;
-use std::time::Duration;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+/// Test hook: a file holding a page count that every write transaction applies
+/// as `PRAGMA max_page_count` (the database's size when it is smaller), or no
+/// limit when the file is missing. It lets the fault tests fill "the disk" of a
+/// running server and free it again.
+pub const PAGE_LIMIT_FILE_VARIABLE: &str = "TALLY_TEST_SQLITE_PAGE_LIMIT_FILE";
+
+/// SQLite's own largest page count: "no limit".
+const NO_PAGE_LIMIT: u32 = 4_294_967_294;
+
+/// How long readiness reports a writer that was found broken.
+const WRITER_FAILURE_SHOWN_FOR: Duration = Duration::from_secs(5);
+
+/// When the writer last had to be replaced after a failed transaction.
+#[derive(Default)]
+struct WriterHealth {
+    failed_at: Mutex<Option<Instant>>,
+}
+
+impl WriterHealth {
+    fn failed(&self) {
+        *self
+            .failed_at
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(Instant::now());
+    }
+
+    fn failed_recently(&self) -> bool {
+        self.failed_at
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_some_and(|at| at.elapsed() < WRITER_FAILURE_SHOWN_FOR)
+    }
+}
 
 /// SQLite in WAL mode: many readers, and every write through one connection with
 /// `BEGIN IMMEDIATE`, so writers queue instead of failing with SQLITE_BUSY (other
@@ -14,6 +50,8 @@ use std::time::Duration;
 pub struct SqliteStore {
     reader: SqlitePool,
     writer: SqlitePool,
+    health: Arc<WriterHealth>,
+    page_limit_file: Option<PathBuf>,
 }
 
 impl SqliteStore {
@@ -24,9 +62,33 @@ impl SqliteStore {
             .synchronous(SqliteSynchronous::Normal)
             .foreign_keys(true)
             .busy_timeout(Duration::from_secs(10));
+        let health = Arc::new(WriterHealth::default());
+        let on_release = health.clone();
         let writer = SqlitePoolOptions::new()
             .max_connections(1)
             .acquire_timeout(Duration::from_secs(30))
+            // After a failed COMMIT or ROLLBACK (SQLite may already have rolled
+            // back by itself, e.g. on "database or disk is full") sqlx still
+            // counts a transaction that no longer exists, and would refuse every
+            // later BEGIN. Such a connection is closed; the pool opens a fresh
+            // one for the next write.
+            .after_release(move |conn, _| {
+                let health = on_release.clone();
+                Box::pin(async move {
+                    // Runs after the rollback a dropped transaction queued.
+                    conn.ping().await?;
+                    if conn.is_in_transaction() {
+                        health.failed();
+                        if crate::log_throttle::admit("sqlite writer reopened").is_some() {
+                            tracing::warn!(
+                                "the SQLite writer was left in a failed transaction; reopening it"
+                            );
+                        }
+                        return Ok(false);
+                    }
+                    Ok(true)
+                })
+            })
             .connect_with(options.clone())
             .await?;
         let reader = SqlitePoolOptions::new()
@@ -34,7 +96,12 @@ impl SqliteStore {
             .acquire_timeout(Duration::from_secs(10))
             .connect_with(options.read_only(true))
             .await?;
-        Ok(Self { reader, writer })
+        Ok(Self {
+            reader,
+            writer,
+            health,
+            page_limit_file: std::env::var_os(PAGE_LIMIT_FILE_VARIABLE).map(PathBuf::from),
+        })
     }
 
     async fn run_migrations(&self) -> Result<(), StoreError> {
@@ -49,7 +116,66 @@ impl SqliteStore {
     }
 
     async fn write(&self) -> Result<Transaction<'static, Sqlite>, StoreError> {
-        Ok(self.writer.begin_with("BEGIN IMMEDIATE").await?)
+        let mut tx = self.writer.begin_with("BEGIN IMMEDIATE").await?;
+        self.apply_page_limit(&mut tx).await?;
+        Ok(tx)
+    }
+
+    /// The test hook of [`PAGE_LIMIT_FILE_VARIABLE`], if set.
+    async fn apply_page_limit(&self, conn: &mut sqlx::SqliteConnection) -> Result<(), StoreError> {
+        if let Some(file) = &self.page_limit_file {
+            let limit = std::fs::read_to_string(file)
+                .ok()
+                .and_then(|text| text.trim().parse::<u32>().ok())
+                .unwrap_or(NO_PAGE_LIMIT);
+            // A number parsed above, so nothing but digits reaches the SQL.
+            sqlx::query(&format!("PRAGMA max_page_count = {limit}"))
+                .execute(&mut *conn)
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Ready when a reader answers and the writer can write: it was not just
+    /// found broken and, when idle, it can take the write lock and room for a
+    /// row (the probe is rolled back). A writer busy with a write is working,
+    /// so readiness never queues behind the writes it would slow down.
+    async fn ready(&self) -> Result<(), StoreError> {
+        sqlx::query("SELECT 1").execute(&self.reader).await?;
+        if self.health.failed_recently() {
+            return Err(StoreError::Unavailable(sqlx::Error::Protocol(
+                "the SQLite writer failed a moment ago".to_owned(),
+            )));
+        }
+        let Some(mut writer) = self.writer.try_acquire() else {
+            return Ok(());
+        };
+        let mut tx = writer.begin_with("BEGIN IMMEDIATE").await?;
+        self.apply_page_limit(&mut tx).await?;
+        sqlx::query(
+            "INSERT INTO server_settings (key, value) \
+             VALUES ('readiness probe', hex(randomblob(4096)))",
+        )
+        .execute(&mut *tx)
+        .await?;
+        tx.rollback().await?;
+        Ok(())
+    }
+
+    /// `VACUUM INTO` reads one snapshot of the WAL on a reader, so writers go
+    /// on; it refuses a file that exists and is not empty.
+    async fn copy_into(&self, path: &str) -> Result<Option<()>, StoreError> {
+        sqlx::query("VACUUM INTO $1")
+            .bind(path)
+            .execute(&self.reader)
+            .await?;
+        Ok(Some(()))
+    }
+
+    /// None: every write begins with `BEGIN IMMEDIATE` on the one writer, even a
+    /// single statement, so writers queue instead of failing.
+    fn statement_pool(&self) -> Option<&SqlitePool> {
+        None
     }
 
     /// A read transaction sees one snapshot of the WAL.
@@ -63,9 +189,48 @@ const SKIP_LOCKED: &str = "";
 /// …and needs no lock on a key either (the statement only keeps the shape).
 const KEY_LOCK: &str = "SELECT $1";
 
+/// A new payment's statements, sent to the writer at once (see payments.rs).
+const HOLD_SQL: &str = super::payments::SQLITE_HOLD_SQL;
+const CHARGE_SQL: &str = super::payments::SQLITE_CHARGE_SQL;
+/// The one writer already excludes every other settlement.
+const LOCK_SETTLED_TARGETS: Option<(&str, &str)> = None;
+
 type Backend = Sqlite;
 
 impl_store!(SqliteStore, "sqlite");
 impl_oauth_store!(SqliteStore);
 impl_payment_store!(SqliteStore);
 impl_pages_store!(SqliteStore);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The state of issue 10: SQLite rolled a transaction back by itself (as it
+    /// does when a COMMIT finds the disk full), so sqlx's COMMIT and ROLLBACK
+    /// both fail and the connection stays counted inside a transaction. The
+    /// next write must get a working writer, not "non-zero transaction depth".
+    #[tokio::test]
+    async fn a_write_after_sqlite_rolled_back_by_itself_succeeds() -> anyhow::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let url = format!("sqlite://{}", dir.path().join("tally.db").display());
+        let store = SqliteStore::connect(&url).await?;
+        store.run_migrations().await?;
+        {
+            let mut tx = store.write().await?;
+            sqlx::query("ROLLBACK").execute(&mut *tx).await?;
+            assert!(tx.commit().await.is_err());
+        }
+        for value in ["a", "b"] {
+            let mut tx = store.write().await?;
+            sqlx::query("INSERT INTO server_settings (key, value) VALUES ($1, $1)")
+                .bind(value)
+                .execute(&mut *tx)
+                .await?;
+            tx.commit().await?;
+        }
+        assert!(store.health.failed_recently());
+        assert!(store.ready().await.is_err());
+        Ok(())
+    }
+}

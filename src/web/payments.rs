@@ -258,6 +258,7 @@ pub async fn answer(
         &user,
         &payment_id,
         update,
+        None,
         now_micros(),
     )
     .await
@@ -280,6 +281,11 @@ pub async fn answer(
                 "Your balance does not cover this request.".to_owned()
             }
             rules::UpdateError::Store(e) => return Err(e.into()),
+            rules::UpdateError::IdempotencyConflict => {
+                return Err(PageError::Unexpected(anyhow::anyhow!(
+                    "an update without a key had a key conflict"
+                )))
+            }
         },
     };
     session::flash(&session, &message);

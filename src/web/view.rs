@@ -91,7 +91,10 @@ pub enum PageError {
 impl From<crate::store::StoreError> for PageError {
     fn from(error: crate::store::StoreError) -> Self {
         match error {
-            crate::store::StoreError::Unavailable(_) => Self::Unavailable,
+            crate::store::StoreError::Unavailable(e) => {
+                tracing::warn!(error = %e, "database unavailable");
+                Self::Unavailable
+            }
             other => Self::Unexpected(other.into()),
         }
     }
@@ -142,8 +145,13 @@ impl ResponseError for PageError {
             None,
         )
         .unwrap_or_else(|_| HttpResponse::build(self.status_code()).body(message.clone()));
-        if let Self::TooManyRequests { retry_after_secs } = self {
-            if let Ok(value) = HeaderValue::from_str(&retry_after_secs.to_string()) {
+        let retry_after = match self {
+            Self::TooManyRequests { retry_after_secs } => Some(*retry_after_secs),
+            Self::Unavailable => Some(crate::api::UNAVAILABLE_RETRY_AFTER_SECS),
+            _ => None,
+        };
+        if let Some(secs) = retry_after {
+            if let Ok(value) = HeaderValue::from_str(&secs.to_string()) {
                 response.headers_mut().insert(header::RETRY_AFTER, value);
             }
         }

@@ -322,7 +322,40 @@ impl ServeProcess {
         }
     }
 
-    /// Stops the server and returns everything it logged.
+    /// Sends SIGTERM: the server stops taking connections and answers what is
+    /// in flight.
+    pub fn signal_term(&self) {
+        let sent = std::process::Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .expect("run kill");
+        assert!(sent.success(), "kill -TERM failed");
+    }
+
+    /// Waits, at most `within`, for the process to exit by itself; returns its
+    /// exit status and everything it logged.
+    pub fn wait_exit(mut self, within: std::time::Duration) -> (std::process::ExitStatus, String) {
+        let started = std::time::Instant::now();
+        let status = loop {
+            if let Some(status) = self.child.try_wait().expect("wait for tally") {
+                break status;
+            }
+            assert!(
+                started.elapsed() < within,
+                "tally did not exit within {within:?}: {}",
+                self.log()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        };
+        if let Some(reader) = self.reader.take() {
+            let _ = reader.join();
+        }
+        let log = self.log.lock().unwrap().clone();
+        (status, log)
+    }
+
+    /// Stops the server with SIGKILL (as `kill -9`: nothing is flushed or
+    /// answered) and returns everything it logged.
     pub fn stop(mut self) -> String {
         let _ = self.child.kill();
         let _ = self.child.wait();

@@ -25,6 +25,7 @@ on_both_backends!(
     payments_are_listed_newest_first_and_filtered,
     paging_through_120_payments_with_one_timestamp_returns_each_once,
     a_retried_post_with_the_same_key_replays_and_debits_once,
+    a_retried_put_with_the_same_key_replays_its_first_answer,
 );
 
 const PAYMENT_KEYS: [&str; 13] = [
@@ -1172,5 +1173,86 @@ async fn a_retried_post_with_the_same_key_replays_and_debits_once(backend: Backe
             .len(),
         2
     );
+    audit_ok(store).await;
+}
+
+/// `PUT /payments/:id` with an `Idempotency-Key`: a retry of an update that
+/// committed (its answer lost) gets the first answer, not `invalid_state`.
+async fn a_retried_put_with_the_same_key_replays_its_first_answer(backend: Backend) {
+    let Some(app) =
+        TestApp::spawn_with(backend, |s| s.settlement_delay = Duration::from_secs(3600)).await
+    else {
+        return;
+    };
+    let store = app.store.as_ref();
+    let (ann, bob) = two(&app, "10").await;
+    tally::ledger::deposit(store, &bob.id, tally::domain::Amount::parse("5").unwrap())
+        .await
+        .unwrap();
+    let put = |path: String, token: String, key: &'static str, action: &'static str| {
+        let http = app.http.clone();
+        let url = app.url(&format!("/v1{path}"));
+        async move {
+            let response = http
+                .put(url)
+                .bearer_auth(token)
+                .header("Idempotency-Key", key)
+                .form(&[("action", action)])
+                .send()
+                .await
+                .unwrap();
+            let replayed = response.headers().contains_key("idempotent-replayed");
+            let status = response.status().as_u16();
+            (status, replayed, response.json::<Value>().await.unwrap())
+        }
+    };
+    let charge = app.pay(&ann, &bob, "-3").await.ok()["payment"].clone();
+    let charge_path = format!("/payments/{}", id(&charge));
+    // A refused update does not use up its key.
+    let (status, _, refused) = put(charge_path.clone(), ann.token.clone(), "k1", "approve").await;
+    assert_eq!(status, 403, "{refused}");
+    let (status, replayed, first) =
+        put(charge_path.clone(), bob.token.clone(), "k1", "approve").await;
+    assert_eq!((status, replayed), (200, false), "{first}");
+    assert_eq!(first["data"]["payment"]["status"], "settled");
+    let retries = futures_util::future::join_all(
+        (0..4).map(|_| put(charge_path.clone(), bob.token.clone(), "k1", "approve")),
+    )
+    .await;
+    for (status, replayed, body) in retries {
+        assert_eq!((status, replayed), (200, true), "{body}");
+        assert_eq!(body["data"], first["data"]);
+    }
+    assert_eq!(balance_cents(store, &bob.id).await, 200);
+    // The same key with other parameters, or for a new payment, is a conflict;
+    // without a key the retry is what it always was.
+    let (status, _, body) = put(charge_path.clone(), bob.token.clone(), "k1", "deny").await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (409, Some("idempotency_conflict"))
+    );
+    let reused = app
+        .http
+        .post(app.url("/v1/payments"))
+        .bearer_auth(&bob.token)
+        .header("Idempotency-Key", "k1")
+        .form(&[("user_id", ann.id.as_str()), ("amount", "1"), ("note", "x")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(reused.status(), 409);
+    app.put(&charge_path, &bob.token, json!({"action": "approve"}))
+        .await
+        .error(409, "invalid_state");
+    // A cancelled pay replays with its refund; keys are per owner.
+    let pay = app.pay(&ann, &bob, "2.50").await.ok()["payment"].clone();
+    let pay_path = format!("/payments/{}", id(&pay));
+    let (status, _, cancelled) = put(pay_path.clone(), ann.token.clone(), "k1", "cancel").await;
+    assert_eq!(status, 200, "{cancelled}");
+    assert_eq!(cancelled["data"]["payment"]["refund"]["status"], "settled");
+    let (status, replayed, again) = put(pay_path.clone(), ann.token.clone(), "k1", "cancel").await;
+    assert_eq!((status, replayed), (200, true), "{again}");
+    assert_eq!(again["data"], cancelled["data"]);
+    assert_eq!(balance_cents(store, &ann.id).await, 1300);
     audit_ok(store).await;
 }

@@ -20,6 +20,8 @@ on_both_backends!(
     the_audit_finds_a_settlement_credited_to_the_wrong_account,
     an_expiry_decided_before_a_claim_does_not_overtake_it,
     a_settlement_decided_before_a_suspension_does_not_credit_the_account,
+    a_settlement_batch_settles_each_due_pay_once_and_passes_by_the_rest,
+    a_refresh_token_rotates_once_for_its_own_client_while_live,
 );
 
 fn new_user(username: &str, email: Option<&str>, phone: Option<&str>) -> NewUser {
@@ -555,6 +557,7 @@ async fn a_settlement_decided_before_a_suspension_does_not_credit_the_account(ba
         .unwrap();
     let settle = tally::store::Transition {
         only_if_active: Some(bob.id.clone()),
+        idempotency: None,
         ..release_held(&made.payment.id, "settled", "settle", &bob.id)
     };
     let outcome = store.apply_transition(&settle).await.unwrap();
@@ -568,6 +571,205 @@ async fn a_settlement_decided_before_a_suspension_does_not_credit_the_account(ba
     assert_eq!(payment[0].status, "failed");
     let report = ledger::audit::run(store.as_ref()).await.unwrap();
     assert!(report.ok, "{:?}", report.discrepancies);
+}
+
+async fn a_settlement_batch_settles_each_due_pay_once_and_passes_by_the_rest(backend: Backend) {
+    let Some((_db, store)) = store_for(backend).await else {
+        return;
+    };
+    let mut users = Vec::new();
+    for name in ["ann", "bob", "cy"] {
+        users.push(
+            store
+                .insert_user(&new_user(name, None, None))
+                .await
+                .unwrap(),
+        );
+    }
+    let (ann, bob, cy) = (&users[0], &users[1], &users[2]);
+    ledger::deposit(store.as_ref(), &ann.id, Amount::parse("20").unwrap())
+        .await
+        .unwrap();
+    let to = |user: &tally::store::User| ledger::payments::TargetAddress::UserId(user.id.clone());
+    let to_bob = pay_four(store.as_ref(), ann, to(bob)).await.payment;
+    let again_to_bob = pay_four(store.as_ref(), ann, to(bob)).await.payment;
+    let to_cy = pay_four(store.as_ref(), ann, to(cy)).await.payment;
+    let cancelled = pay_four(store.as_ref(), ann, to(bob)).await.payment;
+    ledger::payments::update(
+        store.as_ref(),
+        ann,
+        &cancelled.id,
+        ledger::payments::Update::Cancel,
+        None,
+        now_micros(),
+    )
+    .await
+    .unwrap();
+    // Suspended after the worker looked: passed by, not credited.
+    store
+        .update_user_flags(
+            &cy.id,
+            UserFlags {
+                verified: None,
+                suspended: Some(true),
+            },
+        )
+        .await
+        .unwrap();
+    let batch: Vec<tally::store::Settlement> = [&to_bob, &again_to_bob, &to_cy, &cancelled]
+        .iter()
+        .map(|p| tally::store::Settlement {
+            payment_id: p.id.clone(),
+            movement_id: tally::domain::new_id(),
+        })
+        .collect();
+    let mut settled = store.settle_payments(&batch, now_micros()).await.unwrap();
+    settled.sort();
+    let mut expected = vec![to_bob.id.clone(), again_to_bob.id.clone()];
+    expected.sort();
+    assert_eq!(settled, expected);
+    assert!(store
+        .settle_payments(&batch, now_micros())
+        .await
+        .unwrap()
+        .is_empty());
+    let balance = |id: &str| {
+        let store = store.clone();
+        let id = id.to_owned();
+        async move {
+            store
+                .find_user(UserKey::Id(&id))
+                .await
+                .unwrap()
+                .unwrap()
+                .balance_cents
+        }
+    };
+    assert_eq!(balance(&bob.id).await, 800);
+    assert_eq!(balance(&cy.id).await, 0);
+    assert_eq!(balance(&ann.id).await, 2000 - 1200);
+    let ids = [to_bob.id, again_to_bob.id, to_cy.id, cancelled.id];
+    let mut statuses: Vec<(String, String)> = store
+        .find_payments(&ids)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|p| (p.id, p.status))
+        .collect();
+    statuses.sort();
+    let mut want: Vec<(String, String)> = ids
+        .iter()
+        .zip(["settled", "settled", "pending", "cancelled"])
+        .map(|(id, status)| (id.clone(), status.to_owned()))
+        .collect();
+    want.sort();
+    assert_eq!(statuses, want);
+    let report = ledger::audit::run(store.as_ref()).await.unwrap();
+    assert!(report.ok, "{:?}", report.discrepancies);
+}
+
+async fn a_refresh_token_rotates_once_for_its_own_client_while_live(backend: Backend) {
+    use tally::store::{NewGrant, NewToken, RefreshUse, TokenKind};
+    let Some((_db, store)) = store_for(backend).await else {
+        return;
+    };
+    let owner = store
+        .insert_user(&new_user("ann", None, None))
+        .await
+        .unwrap();
+    for client_id in ["mine", "theirs"] {
+        store
+            .insert_app(&NewApp {
+                client_id: client_id.to_owned(),
+                secret_digest: "digest".to_owned(),
+                name: client_id.to_owned(),
+                description: String::new(),
+                redirect_url: None,
+                site_url: None,
+                owner_id: owner.id.clone(),
+                created_at: now_micros(),
+            })
+            .await
+            .unwrap();
+    }
+    let now = now_micros();
+    let token = |digest: &str, kind, expires_at| NewToken {
+        digest: digest.to_owned(),
+        kind,
+        scopes: None,
+        created_at: now,
+        expires_at,
+    };
+    let grant = |id: &str| NewGrant {
+        id: id.to_owned(),
+        user_id: owner.id.clone(),
+        client_id: Some("mine".to_owned()),
+        scopes: "access_profile make_payments".to_owned(),
+        flow: "code",
+        created_at: now,
+    };
+    let live = now + 3_600_000_000;
+    store
+        .insert_grant_with_tokens(&grant("g1"), &[token("r1", TokenKind::Refresh, live)])
+        .await
+        .unwrap();
+    store
+        .insert_grant_with_tokens(&grant("g2"), &[token("dead", TokenKind::Refresh, now - 1)])
+        .await
+        .unwrap();
+    // A narrower access token, as a refresh that asked for less gets.
+    let successors = [
+        NewToken {
+            scopes: Some("access_profile".to_owned()),
+            ..token("a2", TokenKind::Access, live)
+        },
+        token("r2", TokenKind::Refresh, live),
+    ];
+    // Another client's, expired, or unknown: refused, and nothing is written.
+    for (digest, client) in [("r1", "theirs"), ("dead", "mine"), ("nope", "mine")] {
+        let outcome = store
+            .rotate_refresh_token(digest, client, now, &successors)
+            .await
+            .unwrap();
+        assert!(
+            matches!(outcome, RefreshUse::Invalid),
+            "{digest}: {outcome:?}"
+        );
+        assert!(store.find_token("a2").await.unwrap().is_none());
+    }
+    let outcome = store
+        .rotate_refresh_token("r1", "mine", now, &successors)
+        .await
+        .unwrap();
+    let RefreshUse::Rotated(rotated) = outcome else {
+        panic!("{outcome:?}");
+    };
+    assert_eq!(rotated.id, "g1");
+    assert_eq!(rotated.user_id, owner.id);
+    for (digest, kind, scopes) in [
+        ("a2", "access", "access_profile"),
+        ("r2", "refresh", "access_profile make_payments"),
+    ] {
+        let record = store.find_token(digest).await.unwrap().unwrap();
+        assert_eq!(
+            (
+                record.grant_id.as_str(),
+                record.token_kind.as_str(),
+                record.scopes.as_str()
+            ),
+            ("g1", kind, scopes)
+        );
+        assert!(!record.revoked);
+    }
+    // Spent: a second use revokes the whole family, successors included.
+    let again = [token("a3", TokenKind::Access, live)];
+    let outcome = store
+        .rotate_refresh_token("r1", "mine", now, &again)
+        .await
+        .unwrap();
+    assert!(matches!(outcome, RefreshUse::Replayed), "{outcome:?}");
+    assert!(store.find_token("a3").await.unwrap().is_none());
+    assert!(store.find_token("r2").await.unwrap().unwrap().revoked);
 }
 
 /// A pay (or charge) of 4.00 from `actor`, made through the ledger.
@@ -612,6 +814,7 @@ fn release_held(
         skip_locked: true,
         unclaimed_only: false,
         only_if_active: None,
+        idempotency: None,
     }
 }
 
