@@ -66,7 +66,10 @@ async fn every_get_route_answers_head_with_the_get_status_and_headers_and_no_bod
             targets.push((format!("/v1{path}{query}"), false));
         }
     }
-    for (method, path) in tally::api::OAUTH_ROUTES {
+    for (method, path) in tally::web::OAUTH_PAGE_ROUTES
+        .iter()
+        .chain(tally::api::OAUTH_ROUTES)
+    {
         if *method == "get" {
             assert_eq!(*path, "/authorize", "a GET route this test does not know");
             targets.push((authorize.clone(), false));
