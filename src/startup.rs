@@ -9,6 +9,7 @@ use crate::limits::RateLimits;
 use crate::mailer::Mailer;
 use crate::oauth::credentials;
 use crate::oauth::introspection_cache::IntrospectionCache;
+use crate::state::{AppState, MAX_BODY_BYTES};
 use crate::store::{self, Store};
 use crate::telemetry;
 use crate::web as pages;
@@ -27,24 +28,6 @@ use secrecy::SecretString;
 use sha2::{Digest, Sha512};
 use std::net::TcpListener;
 use std::sync::Arc;
-
-/// Largest request body accepted (SPEC §9).
-pub const MAX_BODY_BYTES: usize = 64 * 1024;
-
-/// What every handler can reach.
-pub struct AppState {
-    pub store: Arc<dyn Store>,
-    pub settings: Arc<Settings>,
-    /// The origin clients see, e.g. `http://127.0.0.1:8080`.
-    pub public_origin: String,
-    pub secret_key: SecretString,
-    pub hasher: PasswordHasher,
-    pub rate_limits: RateLimits,
-    pub mailer: Mailer,
-    pub grant_usage: GrantUsage,
-    /// What `POST /oauth/introspect` read in the last moments.
-    pub introspection_cache: IntrospectionCache,
-}
 
 /// Connects to the configured database and applies pending migrations.
 pub async fn open_store(settings: &Settings) -> anyhow::Result<Arc<dyn Store>> {
@@ -186,6 +169,7 @@ fn routes(cfg: &mut web::ServiceConfig) {
                 .service(
                     web::scope("/oauth")
                         .wrap(from_fn(oauth_rate_limit))
+                        .configure(pages::configure_oauth)
                         .configure(api::configure_oauth)
                         .default_service(web::to(api::not_found)),
                 )

@@ -1,7 +1,7 @@
 //! Liveness and readiness probes at the origin.
 
 use super::ApiError;
-use crate::startup::AppState;
+use crate::state::AppState;
 use actix_web::{web, HttpResponse};
 use std::time::Duration;
 

@@ -6,41 +6,21 @@ pub mod health;
 pub mod oauth;
 pub mod params;
 pub mod payments;
+pub mod principal;
 pub mod query;
 pub mod render;
+pub mod routes;
 pub mod users;
 
 pub use error::{ApiError, UNAVAILABLE_RETRY_AFTER_SECS};
+
+use routes::route_table;
 
 use actix_web::body::MessageBody;
 use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::http::header;
 use actix_web::middleware::Next;
-use actix_web::{web, HttpResponse};
-
-/// Declares a table of routes once: a const listing them (what the OpenAPI test
-/// compares the document against) and a `configure` function (what actix
-/// serves) come from the same lines. A path that exists answers other methods
-/// with 405 `method_not_allowed` and an `Allow` header listing its methods.
-macro_rules! route_table {
-    ($(#[$meta:meta])* $table:ident, $configure:ident,
-     $($path:literal => { $($method:ident => $handler:path),+ $(,)? }),+ $(,)?) => {
-        $(#[$meta])*
-        pub const $table: &[(&str, &str)] = &[$($((stringify!($method), $path),)+)+];
-
-        /// Registers the routes of the table of the same name.
-        pub fn $configure(cfg: &mut web::ServiceConfig) {
-            $(
-                let allow = allow_header(&[$(stringify!($method)),+]);
-                cfg.service(
-                    web::resource($path)
-                        $(.route(web::$method().to($handler)))+
-                        .default_service(web::to(move || method_not_allowed(allow.clone()))),
-                );
-            )+
-        }
-    };
-}
+use actix_web::HttpResponse;
 
 route_table! {
     /// Every REST route under `/v1`, as (method, path) in actix/OpenAPI syntax.
@@ -55,24 +35,13 @@ route_table! {
 }
 
 route_table! {
-    /// The authorization server's routes under `/v1/oauth`: its pages
-    /// (`web::authorize`) and its JSON endpoints (`api::oauth`).
+    /// The authorization server's JSON endpoints under `/v1/oauth`; its page
+    /// (`/authorize`) is registered by `web::configure_oauth`.
     OAUTH_ROUTES, configure_oauth,
-    "/authorize" => { get => crate::web::authorize::show, post => crate::web::authorize::decide },
     "/access_token" => { post => oauth::token, delete => oauth::revoke_presented },
     "/token" => { post => oauth::token },
     "/revoke" => { post => oauth::revoke },
     "/introspect" => { post => oauth::introspection },
-}
-
-/// The `Allow` header of a path: its methods, and HEAD wherever GET is (every
-/// GET route answers HEAD).
-fn allow_header(methods: &[&str]) -> String {
-    let mut allow: Vec<String> = methods.iter().map(|m| m.to_ascii_uppercase()).collect();
-    if methods.contains(&"get") {
-        allow.push("HEAD".to_owned());
-    }
-    allow.join(", ")
 }
 
 /// The OpenAPI 3.1 document of the REST API and the OAuth endpoints.
@@ -131,8 +100,4 @@ impl actix_web::ResponseError for NoStoreError {
 /// Any path under `/v1` that no route serves.
 pub async fn not_found() -> Result<HttpResponse, ApiError> {
     Err(ApiError::NotFound)
-}
-
-async fn method_not_allowed(allow: String) -> Result<HttpResponse, ApiError> {
-    Err(ApiError::MethodNotAllowed { allow })
 }

@@ -3,14 +3,14 @@
 //! RFC 6749 §5.2: `{"error","error_description"}`.
 
 use super::params::{self, ParamValue};
+use super::principal::Principal;
 use super::render::UserView;
 use super::ApiError;
-use crate::auth::Principal;
 use crate::domain::{has_forbidden_control, Lines, Money, Scope, ScopeSet};
 use crate::oauth::grants::{self, GrantError, GrantRequest};
 use crate::oauth::tokens::introspect_for_client;
 use crate::oauth::{credentials, IntrospectError};
-use crate::startup::AppState;
+use crate::state::AppState;
 use crate::store::{App, TokenKind};
 use actix_web::http::header::{self, HeaderValue};
 use actix_web::http::StatusCode;

@@ -4,7 +4,7 @@
 
 use super::ApiError;
 use crate::domain::{has_forbidden_control, Lines};
-use crate::startup::MAX_BODY_BYTES;
+use crate::state::MAX_BODY_BYTES;
 use actix_web::dev::Payload;
 use actix_web::http::header::CONTENT_TYPE;
 use actix_web::{FromRequest, HttpMessage, HttpRequest};

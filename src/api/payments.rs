@@ -2,10 +2,10 @@
 //! into domain types, `ledger::payments` decides, the store commits.
 
 use super::params::{ParamValue, Params};
+use super::principal::Principal;
 use super::query::{self, given};
 use super::render::{self, Page, Pagination, PaymentView, Related};
 use super::ApiError;
-use crate::auth::Principal;
 use crate::domain::{
     format_datetime_exact, now_micros, Amount, AmountError, Audience, Email, Medium, Money, Note,
     PaymentAction, PaymentStatus, Phone, Scope,
@@ -13,7 +13,7 @@ use crate::domain::{
 use crate::ledger::payments::{
     self as rules, CreateError, PaymentRequest, TargetAddress, Update, UpdateError,
 };
-use crate::startup::AppState;
+use crate::state::AppState;
 use crate::store::{Payment, PaymentFilter};
 use actix_web::{web, HttpRequest, HttpResponse};
 use serde::Serialize;

@@ -1,12 +1,13 @@
 //! `/me`, `/users/:user_id`, `/users?query=` and `/users/:user_id/friends`.
 
 use super::params::Params;
+use super::principal::Principal;
+use super::principal::PrincipalWithFriendsCount;
 use super::query::{self, given};
 use super::render::{self, Page, Pagination, UserView};
 use super::ApiError;
-use crate::auth::{Principal, PrincipalWithFriendsCount};
 use crate::domain::{Email, Money, Phone, Scope};
-use crate::startup::AppState;
+use crate::state::AppState;
 use crate::store::{User, UserKey, UserSearch};
 use actix_web::{web, HttpRequest, HttpResponse};
 use serde::Serialize;

@@ -1,7 +1,5 @@
-//! The resource-server side of authentication (`Principal`), and passwords.
+//! Authentication rules without actix: password hashing and the record of when
+//! a grant was last used. The API's extractor (`api::principal`) calls them.
 
 pub mod password;
-pub mod principal;
 pub mod usage;
-
-pub use principal::{Principal, PrincipalWithFriendsCount};

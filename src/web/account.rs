@@ -2,13 +2,14 @@
 //! the personal access tokens, each revocable.
 
 use super::forms::{self, clean_path, sentence, FormState, PageForm};
+use super::session::{self, signed_in};
 use super::signin::client_ip;
-use super::{page, see_other, session, PageError};
+use super::view::{page, see_other, when, PageError};
 use crate::accounts::{self, ChangeContactsError};
 use crate::domain::{now_micros, Email, Money, Phone};
 use crate::oauth::throttle::{self, Attempt};
-use crate::startup::AppState;
-use crate::store::{ConsentRow, ProfileUpdate, User};
+use crate::state::AppState;
+use crate::store::{ConsentRow, ProfileUpdate};
 use crate::verification;
 use crate::web::session::CsrfForm;
 use actix_session::Session;
@@ -19,22 +20,6 @@ use serde::Deserialize;
 
 const PROFILE_FORM: &str = "profile";
 const CONTACT_FORM: &str = "contact";
-
-/// A moment as people read it: `2026-11-21 14:03 UTC`.
-pub fn when(micros: i64) -> String {
-    chrono::DateTime::<chrono::Utc>::from_timestamp_micros(micros)
-        .map(|t| t.format("%Y-%m-%d %H:%M UTC").to_string())
-        .unwrap_or_default()
-}
-
-/// The signed-in user, or the 303 to the sign-in page that comes back to `here`.
-pub async fn signed_in(state: &AppState, session: &Session, here: &str) -> Result<User, PageError> {
-    session::current_user(state, session)
-        .await?
-        .ok_or_else(|| PageError::SignInRequired {
-            return_to: here.to_owned(),
-        })
-}
 
 pub struct Contact {
     pub kind: &'static str,

@@ -3,9 +3,9 @@
 
 use super::session;
 use super::signin::sign_in_page;
-use super::{page, see_other, PageError};
+use super::view::{page, see_other, PageError};
 use crate::oauth::authorize::{self, AuthorizeParams, ValidRequest, Validation};
-use crate::startup::AppState;
+use crate::state::AppState;
 use actix_session::Session;
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};

@@ -1,7 +1,7 @@
 //! The demo app's redirect URL: shows what an app receives, so that
 //! `tally demo` can be tried with nothing but a browser.
 
-use super::{page, PageError};
+use super::view::{page, PageError};
 use actix_web::http::StatusCode;
 use actix_web::{HttpRequest, HttpResponse};
 use askama::Template;

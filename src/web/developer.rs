@@ -1,16 +1,16 @@
 //! The Developer tab: a verified user's apps (create, edit, rotate the secret)
 //! and personal access tokens for the user's own account.
 
-use super::account::{signed_in, when};
 use super::forms::{self, clean_path, PageForm};
 use super::reveal::{self, OnceSecret};
-use super::{page, see_other, session, PageError};
+use super::session::{self, signed_in};
+use super::view::{page, see_other, when, PageError};
 use crate::config::DeveloperSignup;
 use crate::domain::{Scope, ScopeSet};
 use crate::oauth::clients::{self, AppDetails, AppDetailsError};
 use crate::oauth::credentials::{self, CredentialKind};
 use crate::oauth::tokens;
-use crate::startup::AppState;
+use crate::state::AppState;
 use crate::store::{App, AppUpdate, User};
 use crate::web::session::CsrfForm;
 use actix_session::Session;

@@ -9,7 +9,7 @@
 //! Query strings of pages go through [`PageQuery`], path ids through
 //! [`clean_path`]: there a bad value is an error page.
 
-use super::PageError;
+use super::view::PageError;
 use crate::domain::{has_forbidden_control, Lines};
 use actix_session::Session;
 use actix_web::dev::Payload;

@@ -2,15 +2,15 @@
 //! or phone number, and answer or cancel pending payments. The same ledger rules
 //! as the API; these payments carry `medium: web`.
 
-use super::account::{signed_in, when};
 use super::forms::{self, clean_path, sentence, FormState, PageForm};
-use super::{see_other, session, PageError};
+use super::session::{self, signed_in};
+use super::view::{see_other, when, PageError};
 use crate::domain::{
     now_micros, Amount, Audience, Email, Medium, Money, Note, PaymentAction, PaymentStatus, Phone,
     Username,
 };
 use crate::ledger::payments::{self as rules, CreateError, PaymentRequest, TargetAddress, Update};
-use crate::startup::AppState;
+use crate::state::AppState;
 use crate::store::{Payment, PaymentFilter, Store, StoreError, User, UserKey};
 use actix_session::Session;
 use actix_web::{web, HttpRequest, HttpResponse};

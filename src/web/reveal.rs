@@ -4,10 +4,10 @@
 //! session cookie holds, and the row is deleted when shown: neither a copy of
 //! the database nor a copy of the cookie yields it.
 
-use super::PageError;
+use super::view::PageError;
 use crate::domain::now_micros;
 use crate::oauth::credentials;
-use crate::startup::AppState;
+use crate::state::AppState;
 use actix_session::Session;
 use aes_gcm::aead::{Aead, KeyInit};
 use aes_gcm::{Aes256Gcm, Key, Nonce};

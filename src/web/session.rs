@@ -1,10 +1,10 @@
 //! The browser session: an encrypted, signed cookie (`HttpOnly`, `SameSite=Lax`,
 //! `Secure` under HTTPS) holding the signed-in user and the CSRF token.
 
-use super::PageError;
+use super::view::PageError;
 use crate::domain::now_micros;
 use crate::oauth::credentials;
-use crate::startup::AppState;
+use crate::state::AppState;
 use crate::store::{User, UserKey};
 use actix_session::Session;
 use actix_web::HttpRequest;
@@ -174,6 +174,15 @@ pub fn safe_return_to(value: Option<&str>) -> String {
     } else {
         HOME.to_owned()
     }
+}
+
+/// The signed-in user, or the 303 to the sign-in page that comes back to `here`.
+pub async fn signed_in(state: &AppState, session: &Session, here: &str) -> Result<User, PageError> {
+    current_user(state, session)
+        .await?
+        .ok_or_else(|| PageError::SignInRequired {
+            return_to: here.to_owned(),
+        })
 }
 
 #[cfg(test)]

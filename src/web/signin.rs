@@ -3,10 +3,10 @@
 use super::forms::{PageForm, PageQuery};
 use super::session::CsrfForm;
 use super::session::{self, safe_return_to};
-use super::{page, see_other, PageError};
+use super::view::{page, see_other, PageError};
 use crate::domain::{Email, Phone, Username};
 use crate::oauth::throttle::{self, Attempt};
-use crate::startup::AppState;
+use crate::state::AppState;
 use crate::store::{Store, StoreError, User, UserKey};
 use actix_session::Session;
 use actix_web::http::StatusCode;

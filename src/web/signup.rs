@@ -3,10 +3,10 @@
 use super::forms::{self, sentence, FormState, PageForm, PageQuery};
 use super::session;
 use super::signin::client_ip;
-use super::{page, see_other, PageError};
+use super::view::{page, see_other, PageError};
 use crate::accounts::{self, CreateAccountError, NewAccount};
 use crate::domain::{Email, Password, Phone, Username};
-use crate::startup::AppState;
+use crate::state::AppState;
 use crate::verification;
 use actix_session::Session;
 use actix_web::http::StatusCode;

@@ -58,8 +58,9 @@ fn the_document_lists_exactly_the_routes_of_the_code() {
     check_refs(&doc, &doc);
     let expected: BTreeSet<(String, String)> = owned(tally::api::ROUTES)
         .chain(
-            tally::api::OAUTH_ROUTES
+            tally::web::OAUTH_PAGE_ROUTES
                 .iter()
+                .chain(tally::api::OAUTH_ROUTES)
                 .map(|(method, path)| ((*method).to_owned(), format!("/oauth{path}"))),
         )
         .chain(owned(ORIGIN_ROUTES))

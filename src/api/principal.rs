@@ -1,11 +1,12 @@
 //! The token owner of an API request. A handler that takes a `Principal` cannot
-//! run without a live token (DESIGN habit 4).
+//! run without a live token (DESIGN habit 4). It lives at the HTTP edge, beside
+//! the error it answers with; `auth/` keeps the rules without actix.
 
-use crate::api::params::BodySlot;
-use crate::api::ApiError;
+use super::error::ApiError;
+use super::params::BodySlot;
 use crate::domain::{Scope, ScopeSet};
 use crate::oauth::{self, IntrospectError};
-use crate::startup::AppState;
+use crate::state::AppState;
 use crate::store::{TokenKind, User};
 use actix_web::dev::Payload;
 use actix_web::http::header::AUTHORIZATION;

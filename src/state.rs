@@ -1,0 +1,31 @@
+//! What every handler reaches: the application state and the body limit. Its own
+//! module so that `startup` (which registers the routes) and the handlers in
+//! `api` and `web` all import it without importing each other.
+
+use crate::auth::password::PasswordHasher;
+use crate::auth::usage::GrantUsage;
+use crate::config::Settings;
+use crate::limits::RateLimits;
+use crate::mailer::Mailer;
+use crate::oauth::introspection_cache::IntrospectionCache;
+use crate::store::Store;
+use secrecy::SecretString;
+use std::sync::Arc;
+
+/// Largest request body accepted (SPEC §9).
+pub const MAX_BODY_BYTES: usize = 64 * 1024;
+
+/// What every handler can reach.
+pub struct AppState {
+    pub store: Arc<dyn Store>,
+    pub settings: Arc<Settings>,
+    /// The origin clients see, e.g. `http://127.0.0.1:8080`.
+    pub public_origin: String,
+    pub secret_key: SecretString,
+    pub hasher: PasswordHasher,
+    pub rate_limits: RateLimits,
+    pub mailer: Mailer,
+    pub grant_usage: GrantUsage,
+    /// What `POST /oauth/introspect` read in the last moments.
+    pub introspection_cache: IntrospectionCache,
+}
