@@ -6,6 +6,7 @@ use serde_json::json;
 
 on_both_backends!(
     every_admin_command_prints_its_documented_json,
+    every_admin_command_prints_its_documented_text,
     bad_operator_input_is_refused_and_writes_nothing,
     sixteen_parallel_deposit_processes_all_count,
     the_audit_exits_1_when_the_ledger_disagrees,
@@ -150,6 +151,167 @@ async fn every_admin_command_prints_its_documented_json(backend: Backend) {
     let text = tally(&url, &["admin", "deposit", "ben", "1"]);
     assert!(text.status.success());
     assert!(text.stdout.contains("1.00"), "{}", text.stdout);
+}
+
+/// The plain-text answers, byte for byte: operators and their scripts read them.
+async fn every_admin_command_prints_its_documented_text(backend: Backend) {
+    let Some(db) = TestDb::new(backend).await else {
+        return;
+    };
+    let url = db.url_string();
+    let run = |args: &[&str]| {
+        let run = tally(&url, args);
+        assert!(run.status.success(), "{args:?}: {}", run.stderr);
+        assert_eq!(run.stderr, "", "{args:?}");
+        run.stdout
+    };
+
+    let created = run(&[
+        "admin",
+        "user",
+        "add",
+        "--username",
+        "Ann",
+        "--password",
+        "password1",
+    ]);
+    let id = created
+        .strip_prefix("created user Ann (")
+        .and_then(|rest| rest.strip_suffix(")\n"))
+        .unwrap_or_else(|| panic!("{created:?}"));
+    assert_eq!(id.len(), 32, "{created:?}");
+    run(&[
+        "admin",
+        "user",
+        "add",
+        "--username",
+        "ben",
+        "--password",
+        "password1",
+    ]);
+    assert_eq!(
+        run(&["admin", "user", "verify", "ann"]),
+        "Ann: verified=true suspended=false\n"
+    );
+    assert_eq!(
+        run(&["admin", "user", "suspend", "ann"]),
+        "Ann: verified=true suspended=true\n"
+    );
+    assert_eq!(
+        run(&["admin", "user", "unsuspend", "ann"]),
+        "Ann: verified=true suspended=false\n"
+    );
+
+    let app = run(&[
+        "admin",
+        "app",
+        "add",
+        "--owner",
+        "ann",
+        "--name",
+        "My App",
+        "--redirect-url",
+        "https://app.example.com/callback",
+    ]);
+    let lines: Vec<&str> = app.lines().collect();
+    assert_eq!(lines.len(), 2, "{app:?}");
+    let client_id = lines[0]
+        .strip_prefix("client_id:     ")
+        .unwrap_or_else(|| panic!("{app:?}"));
+    let secret = lines[1]
+        .strip_prefix("client_secret: tly_secret_")
+        .and_then(|rest| rest.strip_suffix("  (shown once; only its digest is kept)"))
+        .unwrap_or_else(|| panic!("{app:?}"));
+    assert!(!secret.is_empty() && !secret.contains(' '), "{app:?}");
+    assert_eq!(
+        run(&["admin", "app", "suspend", client_id]),
+        format!("{client_id}: suspended=true\n")
+    );
+    assert_eq!(
+        run(&["admin", "app", "unsuspend", client_id]),
+        format!("{client_id}: suspended=false\n")
+    );
+
+    assert_eq!(
+        run(&["admin", "deposit", "ann", "12.5"]),
+        "Ann now has a balance of 12.50\n"
+    );
+    assert_eq!(
+        run(&["admin", "friend", "add", "ann", "BEN"]),
+        "ann and BEN are friends\n"
+    );
+    assert_eq!(
+        run(&["admin", "audit"]),
+        "2 accounts, total balance 12.50: ledger consistent\n"
+    );
+    assert_eq!(
+        run(&["migrate"]),
+        match backend {
+            Backend::Sqlite => "migrations applied (sqlite)\n",
+            Backend::Postgres => "migrations applied (postgres)\n",
+        }
+    );
+
+    // A refusal: one line on stderr, nothing on stdout; with --json, one
+    // object on stdout as well.
+    let refused = tally(&url, &["admin", "deposit", "nobody", "5"]);
+    assert_eq!(refused.status.code(), Some(1));
+    assert_eq!(refused.stdout, "");
+    assert_eq!(refused.stderr, "tally: no such user: nobody\n");
+    let refused = tally(&url, &["admin", "deposit", "nobody", "5", "--json"]);
+    assert_eq!(refused.status.code(), Some(1));
+    assert_eq!(
+        refused.stdout,
+        "{\"error\":{\"message\":\"no such user: nobody\",\"code\":\"not_found\"}}\n"
+    );
+    assert_eq!(refused.stderr, "tally: no such user: nobody\n");
+    let unreadable = tally(&url, &["admin", "--json", "audit", "extra"]);
+    assert_eq!(unreadable.status.code(), Some(2));
+    assert_eq!(
+        unreadable.stdout,
+        "{\"error\":{\"message\":\"unexpected argument 'extra' found\",\"code\":\"invalid_arguments\"}}\n"
+    );
+    assert!(
+        unreadable
+            .stderr
+            .starts_with("error: unexpected argument 'extra' found\n"),
+        "{}",
+        unreadable.stderr
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let copy = dir.path().join("copy.db");
+    let backup = tally(&url, &["admin", "backup", copy.to_str().unwrap()]);
+    match backend {
+        Backend::Sqlite => {
+            assert!(backup.status.success(), "{}", backup.stderr);
+            let absolute = std::fs::canonicalize(&copy).unwrap();
+            let bytes = std::fs::metadata(&copy).unwrap().len();
+            assert_eq!(
+                backup.stdout,
+                format!("backed up to {} ({bytes} bytes)\n", absolute.display())
+            );
+            let again = tally(&url, &["admin", "backup", copy.to_str().unwrap()]);
+            assert_eq!(again.status.code(), Some(1));
+            assert_eq!(again.stdout, "");
+            assert_eq!(
+                again.stderr,
+                format!(
+                    "tally: {} already exists; a backup never overwrites a file\n",
+                    copy.display()
+                )
+            );
+        }
+        Backend::Postgres => {
+            assert_eq!(backup.status.code(), Some(1));
+            assert_eq!(backup.stdout, "");
+            assert_eq!(
+                backup.stderr,
+                "tally: tally admin backup copies an SQLite database; back up PostgreSQL \
+                 with pg_dump (or your provider's backups)\n"
+            );
+        }
+    }
 }
 
 async fn bad_operator_input_is_refused_and_writes_nothing(backend: Backend) {
@@ -438,6 +600,16 @@ async fn the_audit_exits_1_when_the_ledger_disagrees(backend: Backend) {
     assert_eq!(report["ok"], false);
     assert_eq!(report["discrepancies"][0]["kind"], "balance_mismatch");
     assert_eq!(report["discrepancies"][0]["username"], "ann");
+    let text = tally(&url, &["admin", "audit"]);
+    assert_eq!(text.status.code(), Some(1));
+    let account = report["discrepancies"][0]["account"].as_str().unwrap();
+    assert_eq!(
+        text.stdout,
+        format!(
+            "1 accounts, total balance 0.01: DISCREPANCIES FOUND\n  BalanceMismatch {{ \
+             account: \"{account}\", username: \"ann\", balance: Money(1), ledger: Money(1000) }}\n"
+        )
+    );
 }
 
 async fn migrate_applies_migrations_and_is_repeatable(backend: Backend) {
