@@ -6,7 +6,7 @@ use crate::domain::{now_micros, Amount, Email, Password, Phone, Username};
 use crate::ledger;
 use crate::oauth::credentials::{self, CredentialKind};
 use crate::store::{AppUpdate, NewApp, Store, UserKey};
-use secrecy::SecretString;
+use secrecy::{ExposeSecret, SecretString};
 
 pub const DEMO_PASSWORD: &str = "tally-demo-password";
 pub const DEMO_CLIENT_ID: &str = "tally-demo-app";
@@ -56,6 +56,22 @@ pub struct DemoCredentials {
     pub redirect_url: String,
     /// A client-side authorization request for every scope of the demo app.
     pub authorize_url: String,
+}
+
+impl DemoCredentials {
+    pub fn print(&self, origin: &str) {
+        println!("Tally demo is running at {origin}");
+        println!(
+            "  users:         {} (password: {})",
+            self.usernames.join(", "),
+            self.password
+        );
+        println!("  client_id:     {}", self.client_id);
+        println!("  client_secret: {}", self.client_secret.expose_secret());
+        println!("  redirect_url:  {}", self.redirect_url);
+        println!("Open this in a browser to sign in as a demo user and authorize the demo app:");
+        println!("  {}", self.authorize_url);
+    }
 }
 
 /// Creates whatever demo data is missing; running it again creates nothing new.

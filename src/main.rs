@@ -1,15 +1,12 @@
-//! The `tally` command line. Parses arguments and settings, then calls into the
-//! library.
+//! The `tally` command line: parses the arguments and the settings, then hands
+//! the command to the library.
 
 use clap::{Args, Parser, Subcommand};
-use serde::Serialize;
 use std::process::ExitCode;
-use tally::admin::{self, AdminError};
-use tally::auth::password::PasswordHasher;
+use tally::admin::cli::{self as admin, Command as Admin};
+use tally::admin::{AppAdd, UserAdd};
 use tally::config::Settings;
-use tally::startup::{self, Application};
-use tally::store::{Store, UserFlags};
-use tally::{demo, telemetry};
+use tally::{startup, telemetry};
 
 #[derive(Parser)]
 #[command(
@@ -71,25 +68,7 @@ enum AdminCommand {
 #[derive(Subcommand)]
 enum UserCommand {
     /// Create an account.
-    Add {
-        #[arg(long)]
-        username: String,
-        #[arg(long)]
-        password: String,
-        #[arg(long)]
-        first_name: Option<String>,
-        #[arg(long)]
-        last_name: Option<String>,
-        #[arg(long)]
-        email: Option<String>,
-        #[arg(long)]
-        phone: Option<String>,
-        #[arg(long)]
-        about: Option<String>,
-        /// Mark the account, its e-mail and its phone verified.
-        #[arg(long)]
-        verified: bool,
-    },
+    Add(UserAdd),
     /// Mark an account (and its e-mail and phone) verified.
     Verify { username: String },
     /// Suspend an account: its tokens stop working.
@@ -101,18 +80,7 @@ enum UserCommand {
 #[derive(Subcommand)]
 enum AppCommand {
     /// Register an app; prints its client id and secret (shown once).
-    Add {
-        #[arg(long)]
-        owner: String,
-        #[arg(long)]
-        name: String,
-        #[arg(long)]
-        redirect_url: String,
-        #[arg(long)]
-        description: Option<String>,
-        #[arg(long)]
-        site_url: Option<String>,
-    },
+    Add(AppAdd),
     /// Suspend an app: its tokens stop working.
     Suspend { client_id: String },
     /// Lift an app's suspension.
@@ -125,6 +93,38 @@ enum FriendCommand {
     Add { first: String, second: String },
 }
 
+impl From<AdminCommand> for Admin {
+    fn from(command: AdminCommand) -> Self {
+        match command {
+            AdminCommand::User(UserCommand::Add(input)) => Admin::UserAdd(input),
+            AdminCommand::User(UserCommand::Verify { username }) => Admin::UserVerify { username },
+            AdminCommand::User(UserCommand::Suspend { username }) => Admin::UserSuspend {
+                username,
+                suspended: true,
+            },
+            AdminCommand::User(UserCommand::Unsuspend { username }) => Admin::UserSuspend {
+                username,
+                suspended: false,
+            },
+            AdminCommand::App(AppCommand::Add(input)) => Admin::AppAdd(input),
+            AdminCommand::App(AppCommand::Suspend { client_id }) => Admin::AppSuspend {
+                client_id,
+                suspended: true,
+            },
+            AdminCommand::App(AppCommand::Unsuspend { client_id }) => Admin::AppSuspend {
+                client_id,
+                suspended: false,
+            },
+            AdminCommand::Deposit { username, amount } => Admin::Deposit { username, amount },
+            AdminCommand::Friend(FriendCommand::Add { first, second }) => {
+                Admin::FriendAdd { first, second }
+            }
+            AdminCommand::Audit => Admin::Audit,
+            AdminCommand::Backup { path } => Admin::Backup { path },
+        }
+    }
+}
+
 fn main() -> ExitCode {
     // `admin … --json` promises one JSON object on stdout, even when the
     // arguments or the settings are refused before the command runs.
@@ -135,39 +135,11 @@ fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) if !e.use_stderr() => e.exit(), // --help and --version
-        Err(e) => {
-            if wants_json {
-                // clap's first paragraph, without its "error: " and the usage
-                // (for a missing subcommand clap renders the help instead).
-                let rendered = if e.kind()
-                    == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
-                {
-                    "a subcommand is missing (see --help)".to_owned()
-                } else {
-                    e.to_string()
-                };
-                let message = rendered
-                    .lines()
-                    .map(str::trim)
-                    .take_while(|line| !line.is_empty())
-                    .collect::<Vec<_>>()
-                    .join(" ");
-                let message = message.strip_prefix("error: ").unwrap_or(&message);
-                print_failure_json(message, "invalid_arguments");
-            }
-            let _ = e.print();
-            return ExitCode::from(2);
-        }
+        Err(e) => return admin::refused_arguments(wants_json, &e),
     };
     let settings = match Settings::from_env() {
         Ok(settings) => settings,
-        Err(e) => {
-            if wants_json {
-                print_failure_json(&e.to_string(), "invalid_setting");
-            }
-            eprintln!("tally: {e}");
-            return ExitCode::from(2);
-        }
+        Err(e) => return admin::refused_settings(wants_json, &e),
     };
     telemetry::init(&settings.log_filter, settings.log_format);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -185,12 +157,10 @@ fn main() -> ExitCode {
 
 async fn run(command: Command, settings: Settings) -> ExitCode {
     let result = match command {
-        Command::Serve => serve(settings, false).await,
-        Command::Demo => serve(settings, true).await,
-        Command::Migrate => startup::open_store(&settings).await.map(|store| {
-            println!("migrations applied ({})", store.backend());
-        }),
-        Command::Admin(args) => return run_admin(args, settings).await,
+        Command::Serve => startup::serve(settings, false).await,
+        Command::Demo => startup::serve(settings, true).await,
+        Command::Migrate => startup::migrate(&settings).await,
+        Command::Admin(args) => return admin::run(&settings, args.json, args.command.into()).await,
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -198,227 +168,5 @@ async fn run(command: Command, settings: Settings) -> ExitCode {
             eprintln!("tally: {e:#}");
             ExitCode::FAILURE
         }
-    }
-}
-
-async fn serve(settings: Settings, with_demo: bool) -> anyhow::Result<()> {
-    let store = startup::open_store(&settings).await?;
-    let app = Application::build(settings, store.clone()).await?;
-    if with_demo {
-        let origin = app.public_origin().to_owned();
-        let hasher = PasswordHasher::new(2);
-        let demo = demo::seed(store.as_ref(), &hasher, &origin).await?;
-        print_demo(&demo, &origin);
-    }
-    app.run_until_stopped().await?;
-    Ok(())
-}
-
-fn print_demo(demo: &demo::DemoCredentials, origin: &str) {
-    use secrecy::ExposeSecret;
-    println!("Tally demo is running at {origin}");
-    println!(
-        "  users:         {} (password: {})",
-        demo.usernames.join(", "),
-        demo.password
-    );
-    println!("  client_id:     {}", demo.client_id);
-    println!("  client_secret: {}", demo.client_secret.expose_secret());
-    println!("  redirect_url:  {}", demo.redirect_url);
-    println!("Open this in a browser to sign in as a demo user and authorize the demo app:");
-    println!("  {}", demo.authorize_url);
-}
-
-async fn run_admin(args: AdminArgs, settings: Settings) -> ExitCode {
-    let store = match startup::open_store(&settings).await {
-        Ok(store) => store,
-        Err(e) => return admin_failure(args.json, &AdminError::Unavailable(format!("{e:#}"))),
-    };
-    let store = store.as_ref();
-    let json = args.json;
-    match args.command {
-        AdminCommand::User(command) => user_command(json, store, command).await,
-        AdminCommand::App(AppCommand::Add {
-            owner,
-            name,
-            redirect_url,
-            description,
-            site_url,
-        }) => {
-            let input = admin::AppAdd {
-                owner,
-                name,
-                redirect_url,
-                description,
-                site_url,
-            };
-            report(json, admin::app_add(store, input).await, |a| {
-                format!(
-                    "client_id:     {}\nclient_secret: {}  (shown once; only its digest is kept)",
-                    a.client_id, a.client_secret
-                )
-            })
-        }
-        AdminCommand::App(AppCommand::Suspend { client_id }) => {
-            app_status(json, store, &client_id, true).await
-        }
-        AdminCommand::App(AppCommand::Unsuspend { client_id }) => {
-            app_status(json, store, &client_id, false).await
-        }
-        AdminCommand::Deposit { username, amount } => {
-            report(json, admin::deposit(store, &username, &amount).await, |d| {
-                format!("{} now has a balance of {}", d.username, d.balance)
-            })
-        }
-        AdminCommand::Friend(FriendCommand::Add { first, second }) => report(
-            json,
-            admin::friend_add(store, &first, &second).await,
-            |_| format!("{first} and {second} are friends"),
-        ),
-        AdminCommand::Audit => audit(json, store).await,
-        AdminCommand::Backup { path } => report(json, admin::backup(store, &path).await, |b| {
-            format!("backed up to {} ({} bytes)", b.path, b.bytes)
-        }),
-    }
-}
-
-async fn user_command(json: bool, store: &dyn Store, command: UserCommand) -> ExitCode {
-    let (username, flags) = match command {
-        UserCommand::Add {
-            username,
-            password,
-            first_name,
-            last_name,
-            email,
-            phone,
-            about,
-            verified,
-        } => {
-            let input = admin::UserAdd {
-                username,
-                password,
-                first_name,
-                last_name,
-                email,
-                phone,
-                about,
-                verified,
-            };
-            let hasher = PasswordHasher::new(1);
-            return report(json, admin::user_add(store, &hasher, input).await, |u| {
-                format!("created user {} ({})", u.username, u.id)
-            });
-        }
-        UserCommand::Verify { username } => (username, flags(Some(true), None)),
-        UserCommand::Suspend { username } => (username, flags(None, Some(true))),
-        UserCommand::Unsuspend { username } => (username, flags(None, Some(false))),
-    };
-    report(
-        json,
-        admin::user_flags(store, &username, flags).await,
-        |u| {
-            format!(
-                "{}: verified={} suspended={}",
-                u.username, u.verified, u.suspended
-            )
-        },
-    )
-}
-
-fn flags(verified: Option<bool>, suspended: Option<bool>) -> UserFlags {
-    UserFlags {
-        verified,
-        suspended,
-    }
-}
-
-async fn app_status(json: bool, store: &dyn Store, client_id: &str, suspend: bool) -> ExitCode {
-    report(
-        json,
-        admin::app_suspend(store, client_id, suspend).await,
-        |a| format!("{}: suspended={}", a.client_id, a.suspended),
-    )
-}
-
-async fn audit(json: bool, store: &dyn Store) -> ExitCode {
-    match tally::ledger::audit::run(store).await {
-        Ok(report) => {
-            if json {
-                print_json(&report);
-            } else {
-                println!(
-                    "{} accounts, total balance {}: {}",
-                    report.accounts,
-                    report.total_balance,
-                    if report.ok {
-                        "ledger consistent"
-                    } else {
-                        "DISCREPANCIES FOUND"
-                    }
-                );
-                for d in &report.discrepancies {
-                    println!("  {d:?}");
-                }
-            }
-            if report.ok {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::FAILURE
-            }
-        }
-        Err(e) => admin_failure(json, &e.into()),
-    }
-}
-
-/// Prints a command's result as JSON or as a line of text.
-fn report<T: Serialize>(
-    json: bool,
-    result: Result<T, AdminError>,
-    text: impl FnOnce(&T) -> String,
-) -> ExitCode {
-    match result {
-        Ok(value) => {
-            if json {
-                print_json(&value);
-            } else {
-                println!("{}", text(&value));
-            }
-            ExitCode::SUCCESS
-        }
-        Err(e) => admin_failure(json, &e),
-    }
-}
-
-fn admin_failure(json: bool, error: &AdminError) -> ExitCode {
-    if let AdminError::Unexpected(cause) = error {
-        tracing::error!(error = ?cause, "admin command failed");
-    }
-    if json {
-        print_failure_json(&error.to_string(), error.code());
-    }
-    eprintln!("tally: {error}");
-    ExitCode::FAILURE
-}
-
-/// `{"error":{"message","code"}}`, the one object a failed `--json` run prints.
-fn print_failure_json(message: &str, code: &str) {
-    #[derive(Serialize)]
-    struct Failure<'a> {
-        error: FailureBody<'a>,
-    }
-    #[derive(Serialize)]
-    struct FailureBody<'a> {
-        message: &'a str,
-        code: &'a str,
-    }
-    print_json(&Failure {
-        error: FailureBody { message, code },
-    });
-}
-
-fn print_json<T: Serialize>(value: &T) {
-    match serde_json::to_string(value) {
-        Ok(text) => println!("{text}"),
-        Err(e) => eprintln!("tally: cannot write JSON: {e}"),
     }
 }

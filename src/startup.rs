@@ -5,6 +5,7 @@ use crate::api;
 use crate::auth::password::PasswordHasher;
 use crate::auth::usage::GrantUsage;
 use crate::config::{Settings, TlsFiles};
+use crate::demo;
 use crate::limits::RateLimits;
 use crate::mailer::Mailer;
 use crate::oauth::credentials;
@@ -36,6 +37,27 @@ pub async fn open_store(settings: &Settings) -> anyhow::Result<Arc<dyn Store>> {
         .context("cannot open the database named by TALLY_DATABASE_URL")?;
     store.migrate().await.context("cannot apply migrations")?;
     Ok(store)
+}
+
+/// `tally migrate`: applies pending migrations and says so.
+pub async fn migrate(settings: &Settings) -> anyhow::Result<()> {
+    let store = open_store(settings).await?;
+    println!("migrations applied ({})", store.backend());
+    Ok(())
+}
+
+/// `tally serve` (and `tally demo`, which first seeds the demo data and prints
+/// how to use it): serves until stopped.
+pub async fn serve(settings: Settings, with_demo: bool) -> anyhow::Result<()> {
+    let store = open_store(&settings).await?;
+    let app = Application::build(settings, store.clone()).await?;
+    if with_demo {
+        let origin = app.public_origin();
+        let demo = demo::seed(store.as_ref(), &PasswordHasher::new(2), origin).await?;
+        demo.print(origin);
+    }
+    app.run_until_stopped().await?;
+    Ok(())
 }
 
 /// The key that signs cookies and CSRF tokens: the configured one, or the one

@@ -55,16 +55,26 @@ fn invalid(error: impl std::fmt::Display) -> AdminError {
     AdminError::Invalid(error.to_string())
 }
 
-/// The input of `admin user add`, as given on the command line.
-#[derive(Debug, Default, Clone)]
+// The input of `admin user add`, as given on the command line. (A `//`
+// comment: clap would show a doc comment as the command's help.)
+#[derive(Debug, Default, Clone, clap::Args)]
 pub struct UserAdd {
+    #[arg(long)]
     pub username: String,
+    #[arg(long)]
     pub password: String,
+    #[arg(long)]
     pub first_name: Option<String>,
+    #[arg(long)]
     pub last_name: Option<String>,
+    #[arg(long)]
     pub email: Option<String>,
+    #[arg(long)]
     pub phone: Option<String>,
+    #[arg(long)]
     pub about: Option<String>,
+    /// Mark the account, its e-mail and its phone verified.
+    #[arg(long)]
     pub verified: bool,
 }
 
@@ -154,13 +164,18 @@ pub async fn user_flags(
     })
 }
 
-/// The input of `admin app add`.
-#[derive(Debug, Default, Clone)]
+// The input of `admin app add`, as given on the command line.
+#[derive(Debug, Default, Clone, clap::Args)]
 pub struct AppAdd {
+    #[arg(long)]
     pub owner: String,
+    #[arg(long)]
     pub name: String,
+    #[arg(long)]
     pub redirect_url: String,
+    #[arg(long)]
     pub description: Option<String>,
+    #[arg(long)]
     pub site_url: Option<String>,
 }
 

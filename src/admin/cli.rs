@@ -1,0 +1,238 @@
+//! Runs one `tally admin …` command and prints its answer: a line of text, or
+//! under `--json` exactly one JSON object on stdout. A failure is one
+//! `tally: …` line on stderr and, under `--json`, `{"error":{message,code}}` on
+//! stdout; the exit code is 0 on success, 1 on failure, 2 for a refused start.
+
+use super::operations::{self, AdminError, AppAdd, UserAdd};
+use crate::auth::password::PasswordHasher;
+use crate::config::Settings;
+use crate::ledger::audit::{self, AuditReport};
+use crate::startup;
+use crate::store::{Store, UserFlags};
+use serde::Serialize;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// An admin command, as the command line gives it.
+pub enum Command {
+    UserAdd(UserAdd),
+    /// Marks the account, its e-mail and its phone verified.
+    UserVerify {
+        username: String,
+    },
+    UserSuspend {
+        username: String,
+        suspended: bool,
+    },
+    AppAdd(AppAdd),
+    AppSuspend {
+        client_id: String,
+        suspended: bool,
+    },
+    Deposit {
+        username: String,
+        amount: String,
+    },
+    FriendAdd {
+        first: String,
+        second: String,
+    },
+    Audit,
+    Backup {
+        path: PathBuf,
+    },
+}
+
+/// Runs `command` against the configured database and prints its answer.
+pub async fn run(settings: &Settings, json: bool, command: Command) -> ExitCode {
+    let store = match startup::open_store(settings).await {
+        Ok(store) => store,
+        Err(e) => return failure(json, &AdminError::Unavailable(format!("{e:#}"))),
+    };
+    let store = store.as_ref();
+    match command {
+        Command::UserAdd(input) => {
+            let hasher = PasswordHasher::new(1);
+            report(
+                json,
+                operations::user_add(store, &hasher, input).await,
+                |u| format!("created user {} ({})", u.username, u.id),
+            )
+        }
+        Command::UserVerify { username } => {
+            let verify = UserFlags {
+                verified: Some(true),
+                suspended: None,
+            };
+            user_flags(json, store, &username, verify).await
+        }
+        Command::UserSuspend {
+            username,
+            suspended,
+        } => {
+            let suspend = UserFlags {
+                verified: None,
+                suspended: Some(suspended),
+            };
+            user_flags(json, store, &username, suspend).await
+        }
+        Command::AppAdd(input) => report(json, operations::app_add(store, input).await, |a| {
+            format!(
+                "client_id:     {}\nclient_secret: {}  (shown once; only its digest is kept)",
+                a.client_id, a.client_secret
+            )
+        }),
+        Command::AppSuspend {
+            client_id,
+            suspended,
+        } => report(
+            json,
+            operations::app_suspend(store, &client_id, suspended).await,
+            |a| format!("{}: suspended={}", a.client_id, a.suspended),
+        ),
+        Command::Deposit { username, amount } => report(
+            json,
+            operations::deposit(store, &username, &amount).await,
+            |d| format!("{} now has a balance of {}", d.username, d.balance),
+        ),
+        Command::FriendAdd { first, second } => report(
+            json,
+            operations::friend_add(store, &first, &second).await,
+            |_| format!("{first} and {second} are friends"),
+        ),
+        Command::Audit => match audit::run(store).await {
+            Ok(report) => {
+                answer(json, &report, audit_text);
+                if report.ok {
+                    ExitCode::SUCCESS
+                } else {
+                    ExitCode::FAILURE
+                }
+            }
+            Err(e) => failure(json, &e.into()),
+        },
+        Command::Backup { path } => report(json, operations::backup(store, &path).await, |b| {
+            format!("backed up to {} ({} bytes)", b.path, b.bytes)
+        }),
+    }
+}
+
+async fn user_flags(json: bool, store: &dyn Store, username: &str, flags: UserFlags) -> ExitCode {
+    report(
+        json,
+        operations::user_flags(store, username, flags).await,
+        |u| {
+            format!(
+                "{}: verified={} suspended={}",
+                u.username, u.verified, u.suspended
+            )
+        },
+    )
+}
+
+fn audit_text(report: &AuditReport) -> String {
+    let verdict = if report.ok {
+        "ledger consistent"
+    } else {
+        "DISCREPANCIES FOUND"
+    };
+    let mut text = format!(
+        "{} accounts, total balance {}: {verdict}",
+        report.accounts, report.total_balance
+    );
+    for d in &report.discrepancies {
+        text.push_str(&format!("\n  {d:?}"));
+    }
+    text
+}
+
+/// Arguments clap refused (any command): clap's message on stderr, exit 2;
+/// under `--json` also the failure object, with clap's first paragraph as its
+/// message.
+pub fn refused_arguments(json: bool, error: &clap::Error) -> ExitCode {
+    if json {
+        // For a missing subcommand clap renders the help instead of a message.
+        let rendered =
+            if error.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
+                "a subcommand is missing (see --help)".to_owned()
+            } else {
+                error.to_string()
+            };
+        let message = rendered
+            .lines()
+            .map(str::trim)
+            .take_while(|line| !line.is_empty())
+            .collect::<Vec<_>>()
+            .join(" ");
+        let message = message.strip_prefix("error: ").unwrap_or(&message);
+        print_failure(message, "invalid_arguments");
+    }
+    let _ = error.print();
+    ExitCode::from(2)
+}
+
+/// Settings refused before any command ran (`serve` too): exit 2.
+pub fn refused_settings(json: bool, error: &impl std::fmt::Display) -> ExitCode {
+    if json {
+        print_failure(&error.to_string(), "invalid_setting");
+    }
+    eprintln!("tally: {error}");
+    ExitCode::from(2)
+}
+
+/// Prints a command's result as JSON or as text.
+fn report<T: Serialize>(
+    json: bool,
+    result: Result<T, AdminError>,
+    text: impl FnOnce(&T) -> String,
+) -> ExitCode {
+    match result {
+        Ok(value) => {
+            answer(json, &value, text);
+            ExitCode::SUCCESS
+        }
+        Err(e) => failure(json, &e),
+    }
+}
+
+fn answer<T: Serialize>(json: bool, value: &T, text: impl FnOnce(&T) -> String) {
+    if json {
+        print_json(value);
+    } else {
+        println!("{}", text(value));
+    }
+}
+
+fn failure(json: bool, error: &AdminError) -> ExitCode {
+    if let AdminError::Unexpected(cause) = error {
+        tracing::error!(error = ?cause, "admin command failed");
+    }
+    if json {
+        print_failure(&error.to_string(), error.code());
+    }
+    eprintln!("tally: {error}");
+    ExitCode::FAILURE
+}
+
+/// `{"error":{"message","code"}}`, the one object a failed `--json` run prints.
+fn print_failure(message: &str, code: &str) {
+    #[derive(Serialize)]
+    struct Failure<'a> {
+        error: FailureBody<'a>,
+    }
+    #[derive(Serialize)]
+    struct FailureBody<'a> {
+        message: &'a str,
+        code: &'a str,
+    }
+    print_json(&Failure {
+        error: FailureBody { message, code },
+    });
+}
+
+fn print_json<T: Serialize>(value: &T) {
+    match serde_json::to_string(value) {
+        Ok(text) => println!("{text}"),
+        Err(e) => eprintln!("tally: cannot write JSON: {e}"),
+    }
+}

@@ -1,0 +1,7 @@
+//! `tally admin …`: the operator commands (`operations`), and `cli`, which runs
+//! one from the command line and prints its answer.
+
+pub mod cli;
+mod operations;
+
+pub use operations::*;
