@@ -97,30 +97,22 @@ impl From<AdminCommand> for Admin {
     fn from(command: AdminCommand) -> Self {
         match command {
             AdminCommand::User(UserCommand::Add(input)) => Admin::UserAdd(input),
-            AdminCommand::User(UserCommand::Verify { username }) => Admin::UserVerify { username },
-            AdminCommand::User(UserCommand::Suspend { username }) => Admin::UserSuspend {
-                username,
-                suspended: true,
-            },
-            AdminCommand::User(UserCommand::Unsuspend { username }) => Admin::UserSuspend {
-                username,
-                suspended: false,
-            },
+            AdminCommand::User(UserCommand::Verify { username }) => Admin::UserVerify(username),
+            AdminCommand::User(UserCommand::Suspend { username }) => Admin::UserSuspend(username),
+            AdminCommand::User(UserCommand::Unsuspend { username }) => {
+                Admin::UserUnsuspend(username)
+            }
             AdminCommand::App(AppCommand::Add(input)) => Admin::AppAdd(input),
-            AdminCommand::App(AppCommand::Suspend { client_id }) => Admin::AppSuspend {
-                client_id,
-                suspended: true,
-            },
-            AdminCommand::App(AppCommand::Unsuspend { client_id }) => Admin::AppSuspend {
-                client_id,
-                suspended: false,
-            },
+            AdminCommand::App(AppCommand::Suspend { client_id }) => Admin::AppSuspend(client_id),
+            AdminCommand::App(AppCommand::Unsuspend { client_id }) => {
+                Admin::AppUnsuspend(client_id)
+            }
             AdminCommand::Deposit { username, amount } => Admin::Deposit { username, amount },
             AdminCommand::Friend(FriendCommand::Add { first, second }) => {
-                Admin::FriendAdd { first, second }
+                Admin::FriendAdd(first, second)
             }
             AdminCommand::Audit => Admin::Audit,
-            AdminCommand::Backup { path } => Admin::Backup { path },
+            AdminCommand::Backup { path } => Admin::Backup(path),
         }
     }
 }

@@ -9,6 +9,7 @@ use crate::domain::now_micros;
 use crate::ledger;
 use crate::ledger::payments::Timing;
 use crate::store::{Retention, Store, StoreError};
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::task::JoinHandle;
@@ -35,36 +36,42 @@ pub fn spawn(store: Arc<dyn Store>, timing: Timing) -> JoinHandle<()> {
 }
 
 async fn payments(store: Arc<dyn Store>, timing: Timing) {
-    let mut ticks = tokio::time::interval(POLL_INTERVAL);
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        ticks.tick().await;
-        match ledger::payments::process_due(store.as_ref(), timing, now_micros()).await {
-            Ok(0) => {}
-            Ok(n) => tracing::debug!(payments = n, "processed due payments"),
-            Err(e) => {
-                let cause = format!("payment worker round: {e}");
-                if let Some(suppressed) = crate::log_throttle::admit(&cause) {
-                    tracing::warn!(error = %e, suppressed, "payment worker round failed");
-                }
-            }
+    every(POLL_INTERVAL, "payment worker round", || async {
+        let n = ledger::payments::process_due(store.as_ref(), timing, now_micros()).await?;
+        if n > 0 {
+            tracing::debug!(payments = n, "processed due payments");
         }
-    }
+        Ok(())
+    })
+    .await
 }
 
 async fn retention(store: Arc<dyn Store>) {
-    let mut ticks = tokio::time::interval(PURGE_INTERVAL);
+    every(PURGE_INTERVAL, "retention round", || async {
+        let n = purge(store.as_ref(), now_micros()).await?;
+        if n > 0 {
+            tracing::debug!(rows = n, "purged rows no longer needed");
+        }
+        Ok(())
+    })
+    .await
+}
+
+/// Runs `round` every `period`, for ever. A failed round is logged (repeats of
+/// one cause throttled) and the next tick tries again; a late tick is not
+/// made up for.
+async fn every<Round>(period: Duration, name: &str, mut round: impl FnMut() -> Round)
+where
+    Round: Future<Output = Result<(), StoreError>>,
+{
+    let mut ticks = tokio::time::interval(period);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticks.tick().await;
-        match purge(store.as_ref(), now_micros()).await {
-            Ok(0) => {}
-            Ok(n) => tracing::debug!(rows = n, "purged rows no longer needed"),
-            Err(e) => {
-                let cause = format!("retention round: {e}");
-                if let Some(suppressed) = crate::log_throttle::admit(&cause) {
-                    tracing::warn!(error = %e, suppressed, "retention round failed");
-                }
+        if let Err(e) = round().await {
+            let cause = format!("{name}: {e}");
+            if let Some(suppressed) = crate::log_throttle::admit(&cause) {
+                tracing::warn!(error = %e, suppressed, "{name} failed");
             }
         }
     }

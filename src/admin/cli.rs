@@ -17,30 +17,19 @@ use std::process::ExitCode;
 pub enum Command {
     UserAdd(UserAdd),
     /// Marks the account, its e-mail and its phone verified.
-    UserVerify {
-        username: String,
-    },
-    UserSuspend {
-        username: String,
-        suspended: bool,
-    },
+    UserVerify(String),
+    UserSuspend(String),
+    UserUnsuspend(String),
     AppAdd(AppAdd),
-    AppSuspend {
-        client_id: String,
-        suspended: bool,
-    },
+    AppSuspend(String),
+    AppUnsuspend(String),
     Deposit {
         username: String,
         amount: String,
     },
-    FriendAdd {
-        first: String,
-        second: String,
-    },
+    FriendAdd(String, String),
     Audit,
-    Backup {
-        path: PathBuf,
-    },
+    Backup(PathBuf),
 }
 
 /// Runs `command` against the configured database and prints its answer.
@@ -59,22 +48,12 @@ pub async fn run(settings: &Settings, json: bool, command: Command) -> ExitCode 
                 |u| format!("created user {} ({})", u.username, u.id),
             )
         }
-        Command::UserVerify { username } => {
-            let verify = UserFlags {
-                verified: Some(true),
-                suspended: None,
-            };
-            user_flags(json, store, &username, verify).await
+        Command::UserVerify(username) => user_flags(json, store, &username, Some(true), None).await,
+        Command::UserSuspend(username) => {
+            user_flags(json, store, &username, None, Some(true)).await
         }
-        Command::UserSuspend {
-            username,
-            suspended,
-        } => {
-            let suspend = UserFlags {
-                verified: None,
-                suspended: Some(suspended),
-            };
-            user_flags(json, store, &username, suspend).await
+        Command::UserUnsuspend(username) => {
+            user_flags(json, store, &username, None, Some(false)).await
         }
         Command::AppAdd(input) => report(json, operations::app_add(store, input).await, |a| {
             format!(
@@ -82,20 +61,14 @@ pub async fn run(settings: &Settings, json: bool, command: Command) -> ExitCode 
                 a.client_id, a.client_secret
             )
         }),
-        Command::AppSuspend {
-            client_id,
-            suspended,
-        } => report(
-            json,
-            operations::app_suspend(store, &client_id, suspended).await,
-            |a| format!("{}: suspended={}", a.client_id, a.suspended),
-        ),
+        Command::AppSuspend(client_id) => app_suspend(json, store, &client_id, true).await,
+        Command::AppUnsuspend(client_id) => app_suspend(json, store, &client_id, false).await,
         Command::Deposit { username, amount } => report(
             json,
             operations::deposit(store, &username, &amount).await,
             |d| format!("{} now has a balance of {}", d.username, d.balance),
         ),
-        Command::FriendAdd { first, second } => report(
+        Command::FriendAdd(first, second) => report(
             json,
             operations::friend_add(store, &first, &second).await,
             |_| format!("{first} and {second} are friends"),
@@ -111,13 +84,23 @@ pub async fn run(settings: &Settings, json: bool, command: Command) -> ExitCode 
             }
             Err(e) => failure(json, &e.into()),
         },
-        Command::Backup { path } => report(json, operations::backup(store, &path).await, |b| {
+        Command::Backup(path) => report(json, operations::backup(store, &path).await, |b| {
             format!("backed up to {} ({} bytes)", b.path, b.bytes)
         }),
     }
 }
 
-async fn user_flags(json: bool, store: &dyn Store, username: &str, flags: UserFlags) -> ExitCode {
+async fn user_flags(
+    json: bool,
+    store: &dyn Store,
+    username: &str,
+    verified: Option<bool>,
+    suspended: Option<bool>,
+) -> ExitCode {
+    let flags = UserFlags {
+        verified,
+        suspended,
+    };
     report(
         json,
         operations::user_flags(store, username, flags).await,
@@ -127,6 +110,14 @@ async fn user_flags(json: bool, store: &dyn Store, username: &str, flags: UserFl
                 u.username, u.verified, u.suspended
             )
         },
+    )
+}
+
+async fn app_suspend(json: bool, store: &dyn Store, client_id: &str, suspended: bool) -> ExitCode {
+    report(
+        json,
+        operations::app_suspend(store, client_id, suspended).await,
+        |a| format!("{}: suspended={}", a.client_id, a.suspended),
     )
 }
 

@@ -142,6 +142,13 @@ fn no_store(response: &mut actix_web::HttpResponseBuilder) {
         .insert_header((header::PRAGMA, HeaderValue::from_static("no-cache")));
 }
 
+/// A 200 answer of the token endpoints, never cached.
+fn uncached(body: impl Serialize) -> HttpResponse {
+    let mut response = HttpResponse::Ok();
+    no_store(&mut response);
+    response.json(body)
+}
+
 /// The parameters the token endpoint reads; any other is ignored.
 const TOKEN_PARAMETERS: &[&str] = &[
     "grant_type",
@@ -392,9 +399,7 @@ pub async fn token(
         balance,
         user: UserView::from(&issued.user),
     };
-    let mut response = HttpResponse::Ok();
-    no_store(&mut response);
-    Ok(response.json(body))
+    Ok(uncached(body))
 }
 
 /// `POST /oauth/revoke` (RFC 7009): the app revokes one of its own tokens. The
@@ -418,9 +423,7 @@ pub async fn revoke(
             crate::domain::now_micros(),
         )
         .await?;
-    let mut response = HttpResponse::Ok();
-    no_store(&mut response);
-    Ok(response.json(serde_json::json!({})))
+    Ok(uncached(serde_json::json!({})))
 }
 
 /// `DELETE /oauth/access_token`: revokes the token that authenticates the call.
@@ -475,10 +478,8 @@ pub async fn introspection(
     )
     .await
     .map_err(|e| client.refusal(e))?;
-    let mut response = HttpResponse::Ok();
-    no_store(&mut response);
     match found {
-        Ok(active) => Ok(response.json(Introspection {
+        Ok(active) => Ok(uncached(Introspection {
             active: true,
             scope: active.scopes.to_string(),
             client_id: active.client_id,
@@ -495,7 +496,7 @@ pub async fn introspection(
             iss: state.public_origin.clone(),
         })),
         Err(IntrospectError::Store(e)) => Err(e.into()),
-        Err(_) => Ok(response.json(serde_json::json!({"active": false}))),
+        Err(_) => Ok(uncached(serde_json::json!({"active": false}))),
     }
 }
 

@@ -94,8 +94,24 @@ fn idempotency_key(req: &HttpRequest) -> Result<Option<String>, ApiError> {
     Ok(Some(key.to_owned()))
 }
 
-fn balance_for(principal: &Principal, balance: Money) -> Option<Money> {
-    principal.has(Scope::AccessBalance).then_some(balance)
+/// The answer of POST and PUT, marked when it replays an earlier request with
+/// the same `Idempotency-Key`.
+fn made_answer(
+    principal: &Principal,
+    replayed: bool,
+    balance: Money,
+    payment: PaymentView,
+) -> HttpResponse {
+    let mut response = HttpResponse::Ok();
+    if replayed {
+        response.insert_header(("Idempotent-Replayed", "true"));
+    }
+    response.json(render::Data {
+        data: Made {
+            balance: principal.has(Scope::AccessBalance).then_some(balance),
+            payment,
+        },
+    })
 }
 
 #[tracing::instrument(skip_all)]
@@ -133,16 +149,12 @@ pub async fn create(
         Some(users) => Related::of_users(users),
         None => Related::load(state.store.as_ref(), std::slice::from_ref(&made.payment)).await?,
     };
-    let mut response = HttpResponse::Ok();
-    if made.replayed {
-        response.insert_header(("Idempotent-Replayed", "true"));
-    }
-    Ok(response.json(render::Data {
-        data: Made {
-            balance: balance_for(&principal, made.actor_balance),
-            payment: related.view(&made.payment),
-        },
-    }))
+    Ok(made_answer(
+        &principal,
+        made.replayed,
+        made.actor_balance,
+        related.view(&made.payment),
+    ))
 }
 
 #[tracing::instrument(skip_all)]
@@ -218,34 +230,29 @@ pub async fn list(
             limit: limit + 1,
         })
         .await?;
-    let more = payments.len() as i64 > limit;
-    payments.truncate(limit as usize);
-    let next = match payments.last() {
-        // The next page starts strictly below the last item by (time, id), so
-        // items sharing one timestamp are neither skipped nor repeated.
-        Some(last) if more => {
-            let mut pairs = vec![
-                ("limit", limit.to_string()),
-                ("before", format_datetime_exact(last.date_created)),
-                ("before_id", last.id.clone()),
-            ];
-            if let Some(action) = action {
-                pairs.push(("action", action.as_str().to_owned()));
-            }
-            if !actor_ids.is_empty() {
-                pairs.push(("actor", actor_ids.join(",")));
-            }
-            if !statuses.is_empty() {
-                let names: Vec<&str> = statuses.iter().map(|s| s.as_str()).collect();
-                pairs.push(("status", names.join(",")));
-            }
-            if let Some(after) = after {
-                pairs.push(("after", format_datetime_exact(after)));
-            }
-            Some(query::page_url(&state.public_origin, "/payments", &pairs))
+    // The next page starts strictly below the last item by (time, id), so
+    // items sharing one timestamp are neither skipped nor repeated.
+    let next = query::end_of_page(&mut payments, limit).map(|last| {
+        let mut pairs = vec![
+            ("limit", limit.to_string()),
+            ("before", format_datetime_exact(last.date_created)),
+            ("before_id", last.id.clone()),
+        ];
+        if let Some(action) = action {
+            pairs.push(("action", action.as_str().to_owned()));
         }
-        _ => None,
-    };
+        if !actor_ids.is_empty() {
+            pairs.push(("actor", actor_ids.join(",")));
+        }
+        if !statuses.is_empty() {
+            let names: Vec<&str> = statuses.iter().map(|s| s.as_str()).collect();
+            pairs.push(("status", names.join(",")));
+        }
+        if let Some(after) = after {
+            pairs.push(("after", format_datetime_exact(after)));
+        }
+        query::page_url(&state.public_origin, "/payments", &pairs)
+    });
     let related =
         Related::load_knowing(state.store.as_ref(), &payments, Some(&principal.user)).await?;
     Ok(HttpResponse::Ok().json(Page {
@@ -318,14 +325,10 @@ pub async fn update(
     let related = Related::load(state.store.as_ref(), std::slice::from_ref(&updated.payment))
         .await?
         .with_refund(updated.refund);
-    let mut response = HttpResponse::Ok();
-    if updated.replayed {
-        response.insert_header(("Idempotent-Replayed", "true"));
-    }
-    Ok(response.json(render::Data {
-        data: Made {
-            balance: balance_for(&principal, updated.balance),
-            payment: related.view(&updated.payment),
-        },
-    }))
+    Ok(made_answer(
+        &principal,
+        updated.replayed,
+        updated.balance,
+        related.view(&updated.payment),
+    ))
 }

@@ -128,16 +128,30 @@ impl Principal {
     }
 }
 
+/// What both extractors answer with: the token checked once, the friend count
+/// read with it when asked for.
+type Extraction<T> = Pin<Box<dyn Future<Output = Result<T, ApiError>>>>;
+
+fn extract<T: 'static>(
+    req: &HttpRequest,
+    payload: &mut Payload,
+    with_friends_count: bool,
+    build: fn(Principal, Option<i64>) -> T,
+) -> Extraction<T> {
+    let (req, body) = (req.clone(), BodySlot::of(req, payload));
+    Box::pin(async move {
+        let (principal, friends_count) =
+            Principal::authenticate(req, body, with_friends_count).await?;
+        Ok(build(principal, friends_count))
+    })
+}
+
 impl FromRequest for Principal {
     type Error = ApiError;
-    type Future = Pin<Box<dyn Future<Output = Result<Self, Self::Error>>>>;
+    type Future = Extraction<Self>;
 
     fn from_request(req: &HttpRequest, payload: &mut Payload) -> Self::Future {
-        let (req, body) = (req.clone(), BodySlot::of(req, payload));
-        Box::pin(async move {
-            let (principal, _) = Self::authenticate(req, body, false).await?;
-            Ok(principal)
-        })
+        extract(req, payload, false, |principal, _| principal)
     }
 }
 
@@ -151,16 +165,12 @@ pub struct PrincipalWithFriendsCount {
 
 impl FromRequest for PrincipalWithFriendsCount {
     type Error = ApiError;
-    type Future = Pin<Box<dyn Future<Output = Result<Self, Self::Error>>>>;
+    type Future = Extraction<Self>;
 
     fn from_request(req: &HttpRequest, payload: &mut Payload) -> Self::Future {
-        let (req, body) = (req.clone(), BodySlot::of(req, payload));
-        Box::pin(async move {
-            let (principal, friends_count) = Principal::authenticate(req, body, true).await?;
-            Ok(Self {
-                principal,
-                friends_count: friends_count.unwrap_or_default(),
-            })
+        extract(req, payload, true, |principal, friends_count| Self {
+            principal,
+            friends_count: friends_count.unwrap_or_default(),
         })
     }
 }

@@ -66,3 +66,11 @@ pub fn page_url(origin: &str, path: &str, pairs: &[(&str, String)]) -> String {
     }
     format!("{origin}/v1{path}?{}", query.finish())
 }
+
+/// Cuts rows read with one more than `limit` back to `limit`; the last row kept
+/// when another page follows (what its `next` URL starts after).
+pub fn end_of_page<T>(rows: &mut Vec<T>, limit: i64) -> Option<&T> {
+    let more = rows.len() as i64 > limit;
+    rows.truncate(limit as usize);
+    rows.last().filter(|_| more)
+}

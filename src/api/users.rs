@@ -129,7 +129,7 @@ pub async fn search(
             offset,
         })
         .await?;
-    let next = (users.len() as i64 > limit).then(|| {
+    let next = query::end_of_page(&mut users, limit).map(|_| {
         query::page_url(
             &state.public_origin,
             "/users",
@@ -140,7 +140,6 @@ pub async fn search(
             ],
         )
     });
-    users.truncate(limit as usize);
     Ok(HttpResponse::Ok().json(Page {
         data: users.iter().map(UserView::from).collect(),
         pagination: Pagination { next },
@@ -164,16 +163,13 @@ pub async fn friends(
     if friends.is_empty() && id != principal.user.id {
         existing_user(&state, id).await?;
     }
-    let more = friends.len() as i64 > limit;
-    friends.truncate(limit as usize);
-    let next = match friends.last() {
-        Some(last) if more => Some(query::page_url(
+    let next = query::end_of_page(&mut friends, limit).map(|last| {
+        query::page_url(
             &state.public_origin,
             &format!("/users/{id}/friends"),
             &[("limit", limit.to_string()), ("after", last.id.clone())],
-        )),
-        _ => None,
-    };
+        )
+    });
     Ok(HttpResponse::Ok().json(Page {
         data: friends.iter().map(UserView::from).collect(),
         pagination: Pagination { next },

@@ -1,9 +1,8 @@
-use std::fmt;
 use std::str::FromStr;
 
 /// An e-mail address, validated by `email_address` and kept in lower case so that
 /// uniqueness and look-ups ignore letter case.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, derive_more::Display)]
 pub struct Email(String);
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -27,15 +26,9 @@ impl Email {
     }
 }
 
-impl fmt::Display for Email {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
 /// A phone number valid under the North American numbering plan, kept as E.164
 /// (`+1XXXXXXXXXX`).
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, derive_more::Display)]
 pub struct Phone(String);
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -65,12 +58,6 @@ impl Phone {
 
     pub fn as_str(&self) -> &str {
         &self.0
-    }
-}
-
-impl fmt::Display for Phone {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
     }
 }
 

@@ -1,10 +1,9 @@
 use secrecy::{ExposeSecret, SecretString};
-use std::fmt;
 
 /// A username: 3 to 30 letters, digits, `_` or `-`, with at least one letter, so
 /// that it can never be mistaken for a phone number or an e-mail at sign-in.
 /// Unique regardless of letter case.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, derive_more::Display)]
 pub struct Username(String);
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -37,12 +36,6 @@ impl Username {
 
     pub fn as_str(&self) -> &str {
         &self.0
-    }
-}
-
-impl fmt::Display for Username {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
     }
 }
 
