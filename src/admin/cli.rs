@@ -13,7 +13,8 @@ use serde::Serialize;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-/// An admin command, as the command line gives it.
+/// An admin command, as the command line gives it: users by username, apps by
+/// client id.
 pub enum Command {
     UserAdd(UserAdd),
     /// Marks the account, its e-mail and its phone verified.
@@ -25,10 +26,12 @@ pub enum Command {
     AppUnsuspend(String),
     Deposit {
         username: String,
+        /// Decimal dollars, as typed.
         amount: String,
     },
     FriendAdd(String, String),
     Audit,
+    /// Where the copy goes; never an existing file.
     Backup(PathBuf),
 }
 
