@@ -9,12 +9,11 @@
 //! Query strings of pages go through [`PageQuery`], path ids through
 //! [`clean_path`]: there a bad value is an error page.
 
-use super::view::PageError;
+use super::view::{see_other, PageError};
 use crate::domain::{has_forbidden_control, Lines};
 use actix_session::Session;
 use actix_web::dev::Payload;
-use actix_web::{web, FromRequest, HttpRequest};
-use futures_util::future::LocalBoxFuture;
+use actix_web::{FromRequest, HttpMessage, HttpRequest, HttpResponse};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -117,6 +116,13 @@ pub fn stash(session: &Session, form: &str, state: &FormState) {
     let _ = session.insert(form_key(form), &kept);
 }
 
+/// Keeps a refused form for its page and answers with the 303 to `location`,
+/// the form's place on that page.
+pub fn refuse(session: &Session, form: &str, state: &FormState, location: &str) -> HttpResponse {
+    stash(session, form, state);
+    see_other(location)
+}
+
 /// The longest start of `value` within `max` bytes, cut between characters.
 fn cut(value: &str, max: usize) -> &str {
     if value.len() <= max {
@@ -196,19 +202,45 @@ fn refusal(field: &str, value: &str) -> Option<String> {
     None
 }
 
+/// A form's fields as sent, read and admitted by `guard::check_forms` (CSRF
+/// token and Origin checked). Only a POST of the pages' scope has them: taking
+/// them anywhere else is an error, never an unchecked form.
+pub struct FormFields(pub Vec<(String, String)>);
+
+impl FormFields {
+    fn take(req: &HttpRequest) -> Result<Self, PageError> {
+        req.extensions_mut().remove::<Self>().ok_or_else(|| {
+            PageError::Unexpected(anyhow::anyhow!(
+                "a form was read outside the pages' form check"
+            ))
+        })
+    }
+
+    /// The first value of a field.
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+impl FromRequest for FormFields {
+    type Error = PageError;
+    type Future = std::future::Ready<Result<Self, PageError>>;
+
+    fn from_request(req: &HttpRequest, _payload: &mut Payload) -> Self::Future {
+        std::future::ready(Self::take(req))
+    }
+}
+
 /// A page form, read as its fields: either the form `T`, or (when a field
 /// breaks the shared rules) the form to show again with a message on it.
 pub struct PageForm<T> {
-    csrf_token: Option<String>,
     checked: Result<T, FormState>,
 }
 
 impl<T> PageForm<T> {
-    /// The CSRF token the form carried, checked before anything else.
-    pub fn csrf_token(&self) -> Option<&str> {
-        self.csrf_token.as_deref()
-    }
-
     pub fn into_checked(self) -> Result<T, FormState> {
         self.checked
     }
@@ -224,10 +256,6 @@ impl<T> PageForm<T> {
 
 impl<T: DeserializeOwned> PageForm<T> {
     fn check(pairs: Vec<(String, String)>) -> Result<Self, PageError> {
-        let csrf_token = pairs
-            .iter()
-            .find(|(name, _)| name == "csrf_token")
-            .map(|(_, value)| value.clone());
         let mut refused = FormState::default();
         let mut fields = serde_json::Map::new();
         for (name, value) in pairs {
@@ -249,30 +277,21 @@ impl<T: DeserializeOwned> PageForm<T> {
         }
         if refused.has_errors() {
             return Ok(Self {
-                csrf_token,
                 checked: Err(refused),
             });
         }
         let form = serde_json::from_value(serde_json::Value::Object(fields))
             .map_err(|e| PageError::BadRequest(format!("the form cannot be read: {e}")))?;
-        Ok(Self {
-            csrf_token,
-            checked: Ok(form),
-        })
+        Ok(Self { checked: Ok(form) })
     }
 }
 
 impl<T: DeserializeOwned + 'static> FromRequest for PageForm<T> {
-    type Error = actix_web::Error;
-    type Future = LocalBoxFuture<'static, Result<Self, Self::Error>>;
+    type Error = PageError;
+    type Future = std::future::Ready<Result<Self, PageError>>;
 
-    fn from_request(req: &HttpRequest, payload: &mut Payload) -> Self::Future {
-        // Read with the pages' form settings (size limit, error pages).
-        let fields = web::Form::<Vec<(String, String)>>::from_request(req, payload);
-        Box::pin(async move {
-            let pairs = fields.await?.into_inner();
-            Ok(Self::check(pairs)?)
-        })
+    fn from_request(req: &HttpRequest, _payload: &mut Payload) -> Self::Future {
+        std::future::ready(FormFields::take(req).and_then(|FormFields(pairs)| Self::check(pairs)))
     }
 }
 
