@@ -1,7 +1,7 @@
 //! The account page: profile, verification, the apps the user authorized and
 //! the personal access tokens, each revocable.
 
-use super::forms::{self, clean_path, refuse, sentence, FormState, PageForm};
+use super::forms::{self, refuse, sentence, FormState, PageForm, PathId};
 use super::session::{self, SignedIn};
 use super::signin::client_ip;
 use super::view::{links_message, page, see_other, when, LinksWording, PageError};
@@ -157,13 +157,11 @@ pub async fn show(
     page(StatusCode::OK, &template)
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Default)]
+#[serde(default)]
 pub struct ProfileForm {
-    #[serde(default)]
     first_name: String,
-    #[serde(default)]
     last_name: String,
-    #[serde(default)]
     about: String,
 }
 
@@ -173,10 +171,7 @@ pub async fn update_profile(
     form: PageForm<ProfileForm>,
     SignedIn(user): SignedIn,
 ) -> Result<HttpResponse, PageError> {
-    let form = match form.into_checked() {
-        Ok(form) => form,
-        Err(refused) => return Ok(refuse(&session, PROFILE_FORM, &refused, "/account#profile")),
-    };
+    let form = form.or_back(&session, PROFILE_FORM, "/account#profile")?;
     let mut refused = FormState::with_values(&[
         ("first_name", &form.first_name),
         ("last_name", &form.last_name),
@@ -192,7 +187,7 @@ pub async fn update_profile(
         .map_err(|e| refused.error("about", sentence(&e.to_string())))
         .ok();
     let (Some(first_name), Some(last_name), Some(about)) = (first_name, last_name, about) else {
-        return Ok(refuse(&session, PROFILE_FORM, &refused, "/account#profile"));
+        return Err(refuse(&session, PROFILE_FORM, &refused, "/account#profile"));
     };
     state
         .store
@@ -209,13 +204,11 @@ pub async fn update_profile(
     Ok(see_other("/account"))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Default)]
+#[serde(default)]
 pub struct ContactForm {
-    #[serde(default)]
     email: String,
-    #[serde(default)]
     phone: String,
-    #[serde(default)]
     password: String,
 }
 
@@ -247,10 +240,7 @@ pub async fn update_contacts(
     form: PageForm<ContactForm>,
     SignedIn(user): SignedIn,
 ) -> Result<HttpResponse, PageError> {
-    let form = match form.into_checked() {
-        Ok(form) => form,
-        Err(refused) => return Ok(refuse(&session, CONTACT_FORM, &refused, "/account#contact")),
-    };
+    let form = form.or_back(&session, CONTACT_FORM, "/account#contact")?;
     let mut refused = FormState::with_values(&[("email", &form.email), ("phone", &form.phone)]);
     let wanted = parse_contacts(&form, &mut refused);
     let change = ContactChange {
@@ -267,13 +257,10 @@ pub async fn update_contacts(
         change,
     )
     .await;
+    let back = |refused: &FormState| refuse(&session, CONTACT_FORM, refused, "/account#contact");
     let message = match changed {
-        Ok(_) if refused.has_errors() => {
-            return Ok(refuse(&session, CONTACT_FORM, &refused, "/account#contact"))
-        }
-        Ok(ContactsChanged::PasswordOnly) => {
-            return Ok(refuse(&session, CONTACT_FORM, &refused, "/account#contact"))
-        }
+        Ok(_) if refused.has_errors() => return Err(back(&refused)),
+        Ok(ContactsChanged::PasswordOnly) => return Err(back(&refused)),
         Ok(ContactsChanged::Unchanged) => {
             "Your e-mail address and phone number are unchanged.".to_owned()
         }
@@ -290,12 +277,12 @@ pub async fn update_contacts(
         Err(ChangeContactsError::Wait(wait)) => return Err(PageError::wait(wait)),
         Err(ChangeContactsError::WrongPassword) => {
             refused.error("password", "That is not your password.");
-            return Ok(refuse(&session, CONTACT_FORM, &refused, "/account#contact"));
+            return Err(back(&refused));
         }
         Err(ChangeContactsError::Taken(field)) => {
             let field = if field == "phone" { "phone" } else { "email" };
             refused.error(field, "Another account uses this address.");
-            return Ok(refuse(&session, CONTACT_FORM, &refused, "/account#contact"));
+            return Err(back(&refused));
         }
         Err(ChangeContactsError::Gone) => {
             return Err(PageError::SignInRequired {
@@ -313,10 +300,9 @@ pub async fn update_contacts(
 pub async fn revoke_app(
     state: web::Data<AppState>,
     session: Session,
-    path: web::Path<String>,
+    PathId(client_id): PathId,
     SignedIn(user): SignedIn,
 ) -> Result<HttpResponse, PageError> {
-    let client_id = clean_path(path.into_inner())?;
     let name = state
         .store
         .find_app(&client_id)
@@ -340,12 +326,12 @@ pub async fn revoke_app(
 pub async fn revoke_token(
     state: web::Data<AppState>,
     session: Session,
-    path: web::Path<String>,
+    PathId(grant_id): PathId,
     SignedIn(user): SignedIn,
 ) -> Result<HttpResponse, PageError> {
     let revoked = state
         .store
-        .revoke_personal_token(&user.id, &clean_path(path.into_inner())?, now_micros())
+        .revoke_personal_token(&user.id, &grant_id, now_micros())
         .await?;
     session::flash(
         &session,

@@ -1,7 +1,7 @@
 //! The Developer tab: a verified user's apps (create, edit, rotate the secret)
 //! and personal access tokens for the user's own account.
 
-use super::forms::{self, clean_path, PageForm};
+use super::forms::{self, PageForm, PathId};
 use super::reveal::{self, OnceSecret};
 use super::session::{self, Developer, SignedIn};
 use super::view::{page, see_other, when, PageError};
@@ -95,15 +95,12 @@ pub async fn show(
     page(StatusCode::OK, &template)
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Default)]
+#[serde(default)]
 pub struct AppForm {
-    #[serde(default)]
     name: String,
-    #[serde(default)]
     description: String,
-    #[serde(default)]
     redirect_url: String,
-    #[serde(default)]
     site_url: String,
 }
 
@@ -174,17 +171,9 @@ pub async fn create_app(
             "Tally accepts no new apps at the moment. Apps that exist keep working.".to_owned(),
         ));
     }
-    let details = match form.parse_with(parse_app) {
-        Ok(details) => details,
-        Err(refused) => {
-            return Ok(forms::refuse(
-                &session,
-                NEW_APP_FORM,
-                &refused,
-                "/developer#new-app",
-            ))
-        }
-    };
+    let details = form
+        .parse_with(parse_app)
+        .map_err(|refused| forms::refuse(&session, NEW_APP_FORM, &refused, "/developer#new-app"))?;
     let (app, secret) = clients::register(state.store.as_ref(), &user.id, &details).await?;
     reveal::show_once(
         &state,
@@ -230,10 +219,9 @@ pub async fn show_app(
     req: HttpRequest,
     state: web::Data<AppState>,
     session: Session,
-    path: web::Path<String>,
+    PathId(client_id): PathId,
     Developer(user): Developer,
 ) -> Result<HttpResponse, PageError> {
-    let client_id = clean_path(path.into_inner())?;
     let app = own_app(&state, &user, &client_id).await?;
     let form = forms::take(&session, EDIT_APP_FORM).unwrap_or_else(|| {
         forms::FormState::with_values(&[
@@ -268,18 +256,14 @@ pub async fn show_app(
 pub async fn update_app(
     state: web::Data<AppState>,
     session: Session,
-    path: web::Path<String>,
     form: PageForm<AppForm>,
+    PathId(client_id): PathId,
     Developer(user): Developer,
 ) -> Result<HttpResponse, PageError> {
-    let client_id = clean_path(path.into_inner())?;
-    let details = match form.parse_with(parse_app) {
-        Ok(details) => details,
-        Err(refused) => {
-            let location = format!("{}#edit", app_path(&client_id));
-            return Ok(forms::refuse(&session, EDIT_APP_FORM, &refused, &location));
-        }
-    };
+    let details = form.parse_with(parse_app).map_err(|refused| {
+        let location = format!("{}#edit", app_path(&client_id));
+        forms::refuse(&session, EDIT_APP_FORM, &refused, &location)
+    })?;
     let updated = state
         .store
         .update_own_app(
@@ -302,10 +286,9 @@ pub async fn update_app(
 pub async fn rotate_secret(
     state: web::Data<AppState>,
     session: Session,
-    path: web::Path<String>,
+    PathId(client_id): PathId,
     Developer(user): Developer,
 ) -> Result<HttpResponse, PageError> {
-    let client_id = clean_path(path.into_inner())?;
     let secret = credentials::generate(CredentialKind::ClientSecret);
     let replaced = state
         .store

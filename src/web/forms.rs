@@ -7,13 +7,13 @@
 //! and no control characters (SPEC §2; tab and line breaks only in `note` and
 //! `about`). A field that breaks them makes the form come back with a message.
 //! Query strings of pages go through [`PageQuery`], path ids through
-//! [`clean_path`]: there a bad value is an error page.
+//! [`PathId`]: there a bad value is an error page.
 
-use super::view::{see_other, PageError};
+use super::view::PageError;
 use crate::domain::{has_forbidden_control, Lines};
 use actix_session::Session;
 use actix_web::dev::Payload;
-use actix_web::{FromRequest, HttpMessage, HttpRequest, HttpResponse};
+use actix_web::{web, FromRequest, HttpMessage, HttpRequest};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -116,11 +116,13 @@ pub fn stash(session: &Session, form: &str, state: &FormState) {
     let _ = session.insert(form_key(form), &kept);
 }
 
-/// Keeps a refused form for its page and answers with the 303 to `location`,
+/// Keeps a refused form for its page; the answer is the 303 to `location`,
 /// the form's place on that page.
-pub fn refuse(session: &Session, form: &str, state: &FormState, location: &str) -> HttpResponse {
+pub fn refuse(session: &Session, form: &str, state: &FormState, location: &str) -> PageError {
     stash(session, form, state);
-    see_other(location)
+    PageError::FormRefused {
+        location: location.to_owned(),
+    }
 }
 
 /// The longest start of `value` within `max` bytes, cut between characters.
@@ -245,6 +247,12 @@ impl<T> PageForm<T> {
         self.checked
     }
 
+    /// The form, or (refused) the way back to it at `location` (see [`refuse`]).
+    pub fn or_back(self, session: &Session, form: &str, location: &str) -> Result<T, PageError> {
+        self.checked
+            .map_err(|refused| refuse(session, form, &refused, location))
+    }
+
     /// The form parsed by `parse`, or the form to show again.
     pub fn parse_with<U>(
         self,
@@ -332,12 +340,24 @@ pub fn query_pairs(query: &str) -> Result<Vec<(String, String)>, PageError> {
         .collect()
 }
 
-/// An id from a page's path, checked like a form field; an error page if bad.
-pub fn clean_path(value: String) -> Result<String, PageError> {
-    match refusal("id", &value) {
-        Some(_) => Err(PageError::NotFound(
-            "There is no page at this address.".to_owned(),
-        )),
-        None => Ok(value),
+/// The id in a page's path (`/developer/apps/{client_id}`), checked like a
+/// form field; a bad one is a "not found" page.
+pub struct PathId(pub String);
+
+impl FromRequest for PathId {
+    type Error = PageError;
+    type Future = std::future::Ready<Result<Self, PageError>>;
+
+    fn from_request(req: &HttpRequest, _payload: &mut Payload) -> Self::Future {
+        let not_found = || PageError::NotFound("There is no page at this address.".to_owned());
+        // Decoded as `web::Path` decodes it.
+        let id = web::Path::<String>::extract(req)
+            .into_inner()
+            .ok()
+            .map(web::Path::into_inner);
+        std::future::ready(match id {
+            Some(id) if refusal("id", &id).is_none() => Ok(Self(id)),
+            _ => Err(not_found()),
+        })
     }
 }

@@ -2,7 +2,7 @@
 //! or phone number, and answer or cancel pending payments. The same ledger rules
 //! as the API; these payments carry `medium: web`.
 
-use super::forms::{clean_path, refuse, sentence, FormState, PageForm};
+use super::forms::{refuse, sentence, FormState, PageForm, PathId};
 use super::session::{self, SignedIn};
 use super::view::{see_other, when, PageError};
 use crate::domain::{
@@ -96,18 +96,14 @@ fn row(p: &Payment, me: &str, names: &HashMap<String, String>) -> PaymentRow {
     }
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Default)]
+#[serde(default)]
 pub struct PayForm {
-    #[serde(default)]
     to: String,
-    #[serde(default)]
     amount: String,
-    #[serde(default)]
     note: String,
-    #[serde(default)]
     audience: String,
     /// `pay` or `request`.
-    #[serde(default)]
     kind: String,
 }
 
@@ -141,10 +137,7 @@ pub async fn send(
     form: PageForm<PayForm>,
     SignedIn(user): SignedIn,
 ) -> Result<HttpResponse, PageError> {
-    let form = match form.into_checked() {
-        Ok(form) => form,
-        Err(refused) => return Ok(refuse(&session, PAY_FORM, &refused, "/account#pay")),
-    };
+    let form = form.or_back(&session, PAY_FORM, "/account#pay")?;
     let store = state.store.as_ref();
     let mut refused = FormState::with_values(&[
         ("to", &form.to),
@@ -176,7 +169,7 @@ pub async fn send(
     let (Ok(target), Ok(amount), Ok(note), Ok(audience), Ok(request_money)) =
         (target, amount, note, audience, request_money)
     else {
-        return Ok(refuse(&session, PAY_FORM, &refused, "/account#pay"));
+        return Err(refuse(&session, PAY_FORM, &refused, "/account#pay"));
     };
     let payment = PaymentRequest {
         target,
@@ -216,12 +209,12 @@ pub async fn send(
         Err(CreateError::Store(e)) => return Err(e.into()),
     };
     refused.error(field, message);
-    Ok(refuse(&session, PAY_FORM, &refused, "/account#pay"))
+    Err(refuse(&session, PAY_FORM, &refused, "/account#pay"))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Default)]
+#[serde(default)]
 pub struct AnswerForm {
-    #[serde(default)]
     action: String,
 }
 
@@ -229,11 +222,10 @@ pub struct AnswerForm {
 pub async fn answer(
     state: web::Data<AppState>,
     session: Session,
-    path: web::Path<String>,
     form: PageForm<AnswerForm>,
+    PathId(payment_id): PathId,
     SignedIn(user): SignedIn,
 ) -> Result<HttpResponse, PageError> {
-    let payment_id = clean_path(path.into_inner())?;
     let action = form.into_checked().map(|f| f.action).unwrap_or_default();
     let Some(update) = Update::parse(&action) else {
         return Err(PageError::BadRequest(

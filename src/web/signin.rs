@@ -83,12 +83,8 @@ pub async fn submit(
             return Ok(back_to_sign_in(refused.value("return_to")));
         }
     };
-    // The OAuth endpoints' per-address request limit holds here too: every
-    // attempt costs a password hash.
-    state
-        .rate_limits
-        .check_oauth(client_ip(&req))
-        .map_err(PageError::wait)?;
+    // Every attempt costs a password hash.
+    limit_per_address(&req, &state)?;
     let return_to = safe_return_to(form.return_to.as_deref());
     let store = state.store.as_ref();
     let identifier = form.username.trim();
@@ -148,6 +144,15 @@ async fn find_account(store: &dyn Store, identifier: &str) -> Result<Option<User
             .filter(|u| u.phone_verified)),
         Err(_) => Ok(None),
     }
+}
+
+/// Work that costs a password hash or a message is bounded per address: the
+/// OAuth endpoints' per-address request limit holds for it too.
+pub fn limit_per_address(req: &HttpRequest, state: &AppState) -> Result<(), PageError> {
+    state
+        .rate_limits
+        .check_oauth(client_ip(req))
+        .map_err(PageError::wait)
 }
 
 /// Who a request comes from, for throttling and rate limits: the connection's

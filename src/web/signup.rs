@@ -2,12 +2,13 @@
 
 use super::forms::{self, sentence, FormState, PageForm, PageQuery};
 use super::session::{self, CurrentUser, SignedIn};
-use super::signin::client_ip;
+use super::signin::limit_per_address;
 use super::view::{links_message, page, see_other, LinksWording, PageError};
 use crate::accounts::{self, CreateAccountError, NewAccount};
 use crate::domain::{Email, Password, Phone, Username};
 use crate::state::AppState;
-use crate::verification;
+use crate::store::User;
+use crate::verification::{self, Links};
 use actix_session::Session;
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
@@ -37,21 +38,15 @@ pub async fn show(
     page(StatusCode::OK, &template)
 }
 
-#[derive(Deserialize)]
+#[derive(Clone, Deserialize, Default)]
+#[serde(default)]
 pub struct SignUpForm {
-    #[serde(default)]
     username: String,
-    #[serde(default)]
     first_name: String,
-    #[serde(default)]
     last_name: String,
-    #[serde(default)]
     email: String,
-    #[serde(default)]
     phone: String,
-    #[serde(default)]
     password: String,
-    #[serde(default)]
     password_confirm: String,
 }
 
@@ -138,20 +133,11 @@ pub async fn submit(
     session: Session,
     form: PageForm<SignUpForm>,
 ) -> Result<HttpResponse, PageError> {
-    // Each sign-up costs a password hash and a message: bounded per address.
-    state
-        .rate_limits
-        .check_oauth(client_ip(&req))
-        .map_err(PageError::wait)?;
-    let (form, account) = match form
-        .into_checked()
-        .and_then(|form| parse(&form).map(|account| (form, account)))
-    {
-        Ok(parsed) => parsed,
-        Err(refused) => {
-            return Ok(forms::refuse(&session, FORM, &refused, "/signup"));
-        }
-    };
+    // Each sign-up costs a password hash and a message.
+    limit_per_address(&req, &state)?;
+    let (form, account) = form
+        .parse_with(|form| parse(form).map(|account| (form.clone(), account)))
+        .map_err(|refused| forms::refuse(&session, FORM, &refused, "/signup"))?;
     let user = match accounts::create(state.store.as_ref(), &state.hasher, account).await {
         Ok(user) => user,
         Err(CreateAccountError::Taken(field)) => {
@@ -171,19 +157,13 @@ pub async fn submit(
                 field,
                 format!("This {what} already belongs to an account. Sign in instead, or choose another."),
             );
-            return Ok(forms::refuse(&session, FORM, &refused, "/signup"));
+            return Err(forms::refuse(&session, FORM, &refused, "/signup"));
         }
         Err(CreateAccountError::Store(e)) => return Err(e.into()),
         Err(CreateAccountError::Unexpected(e)) => return Err(PageError::Unexpected(e)),
     };
     session::sign_in(&session, &user.id)?;
-    let links = verification::send_links(
-        state.store.as_ref(),
-        &state.mailer,
-        &state.public_origin,
-        &user,
-    )
-    .await;
+    let links = send_links(&state, &user).await;
     let sent = format!(
         "Welcome to Tally! We sent a verification link to {}. Open it to verify your account.",
         user.email.as_deref().unwrap_or("your address")
@@ -233,9 +213,9 @@ pub async fn verify_page(
     page(StatusCode::OK, &template)
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Default)]
+#[serde(default)]
 pub struct VerifyForm {
-    #[serde(default)]
     token: String,
 }
 
@@ -261,6 +241,16 @@ pub async fn verify(
     Ok(see_other("/verify"))
 }
 
+async fn send_links(state: &AppState, user: &User) -> Links {
+    verification::send_links(
+        state.store.as_ref(),
+        &state.mailer,
+        &state.public_origin,
+        user,
+    )
+    .await
+}
+
 /// Sends the signed-in user's verification links again.
 pub async fn resend(
     req: HttpRequest,
@@ -268,17 +258,8 @@ pub async fn resend(
     session: Session,
     SignedIn(user): SignedIn,
 ) -> Result<HttpResponse, PageError> {
-    state
-        .rate_limits
-        .check_oauth(client_ip(&req))
-        .map_err(PageError::wait)?;
-    let links = verification::send_links(
-        state.store.as_ref(),
-        &state.mailer,
-        &state.public_origin,
-        &user,
-    )
-    .await;
+    limit_per_address(&req, &state)?;
+    let links = send_links(&state, &user).await;
     let wording = LinksWording {
         nothing_to_send: "Your account is already verified.",
         sent: "We sent a new verification link.",

@@ -142,6 +142,10 @@ pub enum PageError {
     /// page, which comes back to `return_to`.
     #[error("sign in first")]
     SignInRequired { return_to: String },
+    /// A form with refused fields, kept in the session for its page: answered
+    /// with a 303 back to the form at `location`.
+    #[error("the form needs changes")]
+    FormRefused { location: String },
     #[error("too many attempts; try again in {retry_after_secs} seconds")]
     TooManyRequests { retry_after_secs: u64 },
     #[error("the form is larger than 64 KiB")]
@@ -181,7 +185,7 @@ impl ResponseError for PageError {
             Self::BadRequest(_) => StatusCode::BAD_REQUEST,
             Self::Forbidden(_) => StatusCode::FORBIDDEN,
             Self::NotFound(_) => StatusCode::NOT_FOUND,
-            Self::SignInRequired { .. } => StatusCode::SEE_OTHER,
+            Self::SignInRequired { .. } | Self::FormRefused { .. } => StatusCode::SEE_OTHER,
             Self::TooManyRequests { .. } => StatusCode::TOO_MANY_REQUESTS,
             Self::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -194,11 +198,18 @@ impl ResponseError for PageError {
         if let Self::Unexpected(cause) = self {
             tracing::error!(error = ?cause, "page failed");
         }
-        if let Self::SignInRequired { return_to } = self {
-            let query = url::form_urlencoded::Serializer::new(String::new())
-                .append_pair("return_to", return_to)
-                .finish();
-            let mut response = see_other(&format!("/signin?{query}"));
+        let location = match self {
+            Self::SignInRequired { return_to } => {
+                let query = url::form_urlencoded::Serializer::new(String::new())
+                    .append_pair("return_to", return_to)
+                    .finish();
+                Some(format!("/signin?{query}"))
+            }
+            Self::FormRefused { location } => Some(location.clone()),
+            _ => None,
+        };
+        if let Some(location) = location {
+            let mut response = see_other(&location);
             secure(response.headers_mut(), None);
             return response;
         }
@@ -207,6 +218,7 @@ impl ResponseError for PageError {
             Self::Forbidden(_) => "This form cannot be accepted",
             Self::NotFound(_) => "Not found",
             Self::SignInRequired { .. } => "Sign in first",
+            Self::FormRefused { .. } => "This form needs changes",
             Self::TooManyRequests { .. } => "Too many attempts",
             Self::PayloadTooLarge | Self::UnsupportedMediaType => "This form cannot be accepted",
             Self::Unavailable => "Tally is unavailable",
