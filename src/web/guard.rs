@@ -18,11 +18,12 @@ use actix_web::{web, HttpMessage};
 /// Every POST of the pages is a form: it is read here (the pages' size limit
 /// and error pages), refused unless it carries the session's CSRF token and
 /// comes from our own origin, and handed to the handler as [`FormFields`].
+/// A path no route serves is left to the "not found" page.
 pub async fn check_forms(
     mut req: ServiceRequest,
     next: Next<impl MessageBody + 'static>,
 ) -> Result<ServiceResponse<EitherBody<impl MessageBody>>, actix_web::Error> {
-    if req.method() == Method::POST {
+    if req.method() == Method::POST && req.match_pattern().is_some() {
         if let Err(refusal) = admit_form(&mut req).await {
             return Ok(req.error_response(refusal).map_into_right_body());
         }

@@ -101,6 +101,16 @@ async fn a_new_page_form_is_refused_without_the_csrf_token_or_from_another_origi
     assert_eq!(accepted.status, 200, "{}", accepted.body);
     assert_eq!(accepted.body, REACHED);
     assert_page_headers(&accepted);
+
+    // A path no route serves stays a "not found" page, form or not.
+    let nowhere = browser
+        .client
+        .post(format!("{}/no-such-page", browser.origin))
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(nowhere.status(), 404);
 }
 
 /// A HEAD of the page that shows a secret once answers as the GET would, but
