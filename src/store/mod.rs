@@ -120,6 +120,10 @@ impl RevocationEpoch {
     }
 }
 
+/// What a backend's `write_batch` runs: one write on the connection it lends.
+pub(crate) type BatchFuture<'c, O> =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<O, sqlx::Error>> + Send + 'c>>;
+
 /// A pool size of `per_core` connections for each core, within `min..=max`.
 fn connections_per_core(per_core: u32, min: u32, max: u32) -> u32 {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());

@@ -56,30 +56,50 @@ pub(crate) const PG_CHARGE_SQL: &str = concat!(
 );
 
 /// SQLite has no data-modifying CTEs, but runs several statements sent at once
-/// (one trip to its connection thread). They run inside the caller's `BEGIN
-/// IMMEDIATE`: when the debit returns no row, the caller rolls all back.
-pub(crate) const SQLITE_HOLD_SQL: &str = concat!(
+/// (one trip to its connection thread). Each write is guarded, so when the
+/// debit finds the balance short (no row) nothing at all is written: the
+/// statements can run inside the caller's transaction (`SQLITE_HOLD_SQL`) or
+/// as a whole transaction of their own (`SQLITE_HOLD_BATCH`).
+macro_rules! sqlite_hold {
+    () => {
+        concat!(
     "UPDATE users SET balance_cents = balance_cents - $9 \
-       WHERE id = $3 AND balance_cents >= $9 RETURNING balance_cents; \
-     INSERT INTO payments (",
-    payment_columns!(),
-    ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17); \
-     INSERT INTO ledger_entries (movement_id, kind, account, amount_cents, payment_id, created_at) \
-       VALUES ($18, 'hold', $3, -$9, $1, $14), ($18, 'hold', $19, $9, $1, $14); \
-     INSERT INTO payment_parties (user_id, date_created, payment_id) \
-       SELECT id, $14, $1 FROM (SELECT $3 AS id UNION ALL SELECT $5) \
-       WHERE id IS NOT NULL ON CONFLICT DO NOTHING"
-);
+               WHERE id = $3 AND balance_cents >= $9 RETURNING balance_cents; \
+             INSERT INTO payments (",
+            payment_columns!(),
+            ") SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17 \
+               WHERE changes() = 1; \
+             INSERT INTO ledger_entries (movement_id, kind, account, amount_cents, payment_id, created_at) \
+               SELECT $18, 'hold', e.account, e.cents, $1, $14 \
+               FROM (SELECT $3 AS account, -$9 AS cents UNION ALL SELECT $19, $9) AS e \
+               WHERE EXISTS (SELECT 1 FROM payments WHERE id = $1); \
+             INSERT INTO payment_parties (user_id, date_created, payment_id) \
+               SELECT id, $14, $1 FROM (SELECT $3 AS id UNION ALL SELECT $5) \
+               WHERE id IS NOT NULL AND EXISTS (SELECT 1 FROM payments WHERE id = $1) \
+               ON CONFLICT DO NOTHING"
+        )
+    };
+}
 
-pub(crate) const SQLITE_CHARGE_SQL: &str = concat!(
+macro_rules! sqlite_charge {
+    () => {
+        concat!(
     "INSERT INTO payments (",
-    payment_columns!(),
-    ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17); \
-     INSERT INTO payment_parties (user_id, date_created, payment_id) \
-       SELECT id, $14, $1 FROM (SELECT $3 AS id UNION ALL SELECT $5) \
-       WHERE id IS NOT NULL ON CONFLICT DO NOTHING; \
-     SELECT balance_cents FROM users WHERE id = $3"
-);
+            payment_columns!(),
+            ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17); \
+             INSERT INTO payment_parties (user_id, date_created, payment_id) \
+               SELECT id, $14, $1 FROM (SELECT $3 AS id UNION ALL SELECT $5) \
+               WHERE id IS NOT NULL ON CONFLICT DO NOTHING; \
+             SELECT balance_cents FROM users WHERE id = $3"
+        )
+    };
+}
+
+pub(crate) const SQLITE_HOLD_SQL: &str = sqlite_hold!();
+pub(crate) const SQLITE_CHARGE_SQL: &str = sqlite_charge!();
+pub(crate) const SQLITE_HOLD_BATCH: &str = concat!("BEGIN IMMEDIATE; ", sqlite_hold!(), "; COMMIT");
+pub(crate) const SQLITE_CHARGE_BATCH: &str =
+    concat!("BEGIN IMMEDIATE; ", sqlite_charge!(), "; COMMIT");
 
 /// A payment, charge or refund as stored. `amount_cents` is positive; `action`
 /// tells the direction.
@@ -422,52 +442,75 @@ macro_rules! impl_payment_store {
                 Ok(())
             }
 
-            /// Writes a new payment with its parties and, for a pay, the hold:
-            /// `HOLD_SQL` or `CHARGE_SQL` in one call. Returns the actor's
-            /// balance afterwards, or None when a pay is not covered (the caller
-            /// then rolls back: on SQLite the rows were already written).
-            async fn record_payment<'e, E>(
-                executor: E,
+            /// The statements that write a new payment with its parties and,
+            /// for a pay, the hold (`sql`: `HOLD_SQL` or `CHARGE_SQL`, or their
+            /// `_BATCH` forms), with every value bound. Each returns the actor's
+            /// balance afterwards; a pay returns none when it is not covered.
+            fn payment_statements(
                 insert: &$crate::store::PaymentInsert,
-            ) -> Result<Option<i64>, StoreError>
-            where
-                E: sqlx::Executor<'e, Database = Backend>,
-            {
-                let p = &insert.payment;
+                sql: &'static str,
+            ) -> sqlx::query::QueryScalar<
+                'static,
+                Backend,
+                i64,
+                <Backend as sqlx::Database>::Arguments<'static>,
+            > {
+                let p = insert.payment.clone();
+                let mut query = sqlx::query_scalar::<_, i64>(sql)
+                    .bind(p.id)
+                    .bind(p.kind)
+                    .bind(p.actor_id)
+                    .bind(p.target_type)
+                    .bind(p.target_user_id)
+                    .bind(p.target_email)
+                    .bind(p.target_phone)
+                    .bind(p.action)
+                    .bind(p.amount_cents)
+                    .bind(p.note)
+                    .bind(p.audience)
+                    .bind(p.status)
+                    .bind(p.medium)
+                    .bind(p.date_created)
+                    .bind(p.date_completed)
+                    .bind(p.reached_account_at)
+                    .bind(p.refund_payment_id);
+                if let Some(movement_id) = &insert.hold_movement_id {
+                    query = query
+                        .bind(movement_id.clone())
+                        .bind($crate::store::accounts::HELD);
+                }
+                query
+            }
+
+            /// The actor's balance from what the payment statements returned;
+            /// None when a pay is not covered.
+            fn recorded_balance(
+                insert: &$crate::store::PaymentInsert,
+                balances: Vec<i64>,
+            ) -> Result<Option<i64>, StoreError> {
+                let balance = balances.last().copied();
+                if balance.is_none() && insert.hold_movement_id.is_none() {
+                    return Err(StoreError::NotFound("user"));
+                }
+                Ok(balance)
+            }
+
+            /// Writes a new payment inside the caller's transaction; see
+            /// [`Self::payment_statements`].
+            async fn record_payment(
+                tx: &mut sqlx::Transaction<'static, Backend>,
+                insert: &$crate::store::PaymentInsert,
+            ) -> Result<Option<i64>, StoreError> {
                 let sql = if insert.hold_movement_id.is_some() {
                     HOLD_SQL
                 } else {
                     CHARGE_SQL
                 };
-                let mut query = sqlx::query_scalar::<_, i64>(sql)
-                    .bind(&p.id)
-                    .bind(&p.kind)
-                    .bind(&p.actor_id)
-                    .bind(&p.target_type)
-                    .bind(&p.target_user_id)
-                    .bind(&p.target_email)
-                    .bind(&p.target_phone)
-                    .bind(&p.action)
-                    .bind(p.amount_cents)
-                    .bind(&p.note)
-                    .bind(&p.audience)
-                    .bind(&p.status)
-                    .bind(&p.medium)
-                    .bind(p.date_created)
-                    .bind(p.date_completed)
-                    .bind(p.reached_account_at)
-                    .bind(&p.refund_payment_id);
-                if let Some(movement_id) = &insert.hold_movement_id {
-                    query = query
-                        .bind(movement_id)
-                        .bind($crate::store::accounts::HELD);
-                }
                 // Every row, so that each of SQLite's statements runs.
-                let balance = query.fetch_all(executor).await?.pop();
-                if balance.is_none() && insert.hold_movement_id.is_none() {
-                    return Err(StoreError::NotFound("user"));
-                }
-                Ok(balance)
+                let balances = Self::payment_statements(insert, sql)
+                    .fetch_all(&mut **tx)
+                    .await?;
+                Self::recorded_balance(insert, balances)
             }
 
             async fn payment_in(
@@ -591,17 +634,17 @@ macro_rules! impl_payment_store {
                     None => InsertOutcome::InsufficientFunds,
                 };
                 let Some(key) = &insert.idempotency else {
-                    if let Some(pool) = self.statement_pool() {
-                        return Ok(created(Self::record_payment(pool, insert).await?));
-                    }
-                    let mut tx = self.write().await?;
-                    let balance = Self::record_payment(&mut *tx, insert).await?;
-                    // A short balance rolls back at once: the row locks go now.
-                    match balance {
-                        Some(_) => tx.commit().await?,
-                        None => tx.rollback().await?,
-                    }
-                    return Ok(created(balance));
+                    // One trip: the statements are a transaction of their own.
+                    let sql = if insert.hold_movement_id.is_some() {
+                        HOLD_BATCH
+                    } else {
+                        CHARGE_BATCH
+                    };
+                    let statements = Self::payment_statements(insert, sql);
+                    let balances = self
+                        .write_batch(move |conn| Box::pin(statements.fetch_all(conn)))
+                        .await?;
+                    return Ok(created(Self::recorded_balance(insert, balances)?));
                 };
                 let mut tx = self.write().await?;
                 if !Self::take_idempotency_key(&mut tx, key).await? {
@@ -624,7 +667,7 @@ macro_rules! impl_payment_store {
                     tx.commit().await?;
                     return Ok(outcome);
                 }
-                let Some(balance) = Self::record_payment(&mut *tx, insert).await? else {
+                let Some(balance) = Self::record_payment(&mut tx, insert).await? else {
                     // Rolled back now, not when the connection is next used:
                     // the key and the row locks go at once.
                     tx.rollback().await?;
