@@ -22,6 +22,7 @@ pub use redirect_url::{RedirectUrl, RedirectUrlError};
 pub use scope::{Scope, ScopeError, ScopeSet};
 pub use text::{has_forbidden_control, Lines};
 pub use time::{
-    format_datetime, format_datetime_exact, now_micros, parse_datetime, DatetimeError, Timestamp,
+    format_datetime, format_datetime_exact, micros, now_micros, parse_datetime, DatetimeError,
+    Timestamp,
 };
 pub use username::{Password, PasswordError, Username, UsernameError};

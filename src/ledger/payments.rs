@@ -4,7 +4,8 @@
 
 use crate::config::Settings;
 use crate::domain::{
-    new_id, Amount, Audience, Email, Medium, Money, Note, PaymentAction, PaymentStatus, Phone,
+    micros, new_id, Amount, Audience, Email, Medium, Money, Note, PaymentAction, PaymentStatus,
+    Phone,
 };
 use crate::store::{
     accounts, kinds, DuePayment, IdempotencyKey, InsertOutcome, Move, Payment, PaymentInsert,
@@ -30,10 +31,6 @@ impl From<&Settings> for Timing {
             unclaimed_expiry: settings.unclaimed_expiry,
         }
     }
-}
-
-fn micros(d: Duration) -> i64 {
-    i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
 }
 
 /// How the target of a new payment was addressed.

@@ -4,7 +4,7 @@
 //! minutes. A right password from another address is never affected, so no one
 //! can lock another person out.
 
-use crate::domain::now_micros;
+use crate::domain::{micros, now_micros};
 use crate::store::{Store, StoreError};
 use std::net::IpAddr;
 use std::time::Duration;
@@ -90,10 +90,6 @@ pub async fn succeeded(
             admitted.at,
         )
         .await
-}
-
-fn micros(d: Duration) -> i64 {
-    i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
 }
 
 #[cfg(test)]

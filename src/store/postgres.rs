@@ -1,6 +1,7 @@
 use super::oauth::impl_oauth_store;
 use super::pages::impl_pages_store;
 use super::payments::impl_payment_store;
+use super::pool::{connections_per_core, RevocationEpoch};
 use super::sql::impl_store;
 use super::*;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
@@ -24,7 +25,7 @@ impl PgStore {
         // and with 8 on two cores, 32 clients left a few requests waiting seconds
         // for one (p99 646 ms, a 503) while the rest were served.
         let pool = PgPoolOptions::new()
-            .max_connections(super::connections_per_core(4, 16, 32))
+            .max_connections(connections_per_core(4, 16, 32))
             .test_before_acquire(false)
             .acquire_timeout(Duration::from_secs(5))
             .connect_with(options)

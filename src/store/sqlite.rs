@@ -1,6 +1,7 @@
 use super::oauth::impl_oauth_store;
 use super::pages::impl_pages_store;
 use super::payments::impl_payment_store;
+use super::pool::{connections_per_core, RevocationEpoch};
 use super::sql::impl_store;
 use super::*;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
@@ -98,7 +99,7 @@ impl SqliteStore {
         // Each reader is a thread of its own running statements: two per core
         // keep every core busy without queueing threads for the CPU.
         let reader = SqlitePoolOptions::new()
-            .max_connections(super::connections_per_core(2, 2, 8))
+            .max_connections(connections_per_core(2, 2, 8))
             .test_before_acquire(false)
             .acquire_timeout(Duration::from_secs(10))
             .connect_with(options.read_only(true))
