@@ -17,7 +17,10 @@ mod properties;
 pub use amount::{Amount, AmountError, Money};
 pub use contact::{Email, EmailError, Phone, PhoneError};
 pub use ids::new_id;
-pub use payment::{Audience, AudienceError, Medium, Note, NoteError, PaymentAction, PaymentStatus};
+pub use payment::{
+    Audience, AudienceError, Medium, Note, NoteError, PaymentAction, PaymentKind, PaymentStatus,
+    UnknownWord,
+};
 pub use redirect_url::{RedirectUrl, RedirectUrlError};
 pub use scope::{Scope, ScopeError, ScopeSet};
 pub use text::{has_forbidden_control, Lines};

@@ -4,11 +4,11 @@
 
 use crate::config::Settings;
 use crate::domain::{
-    micros, new_id, Amount, Audience, Email, Medium, Money, Note, PaymentAction, PaymentStatus,
-    Phone,
+    micros, new_id, Amount, Audience, Email, Medium, Money, Note, PaymentAction, PaymentKind,
+    PaymentStatus, Phone,
 };
 use crate::store::{
-    accounts, kinds, DuePayment, IdempotencyKey, InsertOutcome, Move, Payment, PaymentInsert,
+    accounts, DuePayment, IdempotencyKey, InsertOutcome, Move, Movement, Payment, PaymentInsert,
     Settlement, Store, StoreError, Transition, TransitionOutcome, User, UserKey,
 };
 use sha2::{Digest, Sha256};
@@ -173,18 +173,18 @@ pub async fn create(
         .collect();
     let payment = Payment {
         id: new_id(),
-        kind: kinds::PAYMENT.to_owned(),
+        kind: PaymentKind::Payment,
         actor_id: Some(actor.id.clone()),
         target_type: target_type.to_owned(),
         target_user_id: target_user.map(|u| u.id),
         target_email: email,
         target_phone: phone,
-        action: action.as_str().to_owned(),
+        action,
         amount_cents: request.amount.cents().abs(),
         note: request.note.as_str().to_owned(),
-        audience: request.audience.as_str().to_owned(),
-        status: PaymentStatus::Pending.as_str().to_owned(),
-        medium: request.medium.as_str().to_owned(),
+        audience: request.audience,
+        status: PaymentStatus::Pending,
+        medium: request.medium,
         date_created: now,
         date_completed: None,
         reached_account_at: to_account.then_some(now),
@@ -198,7 +198,7 @@ pub async fn create(
         expired_before: now.saturating_sub(micros(IDEMPOTENCY_WINDOW)),
     });
     let insert = PaymentInsert {
-        hold_movement_id: (action == PaymentAction::Pay).then(new_id),
+        hold: (action == PaymentAction::Pay).then(|| hold(actor, &payment)),
         payment,
         idempotency,
     };
@@ -241,6 +241,19 @@ pub async fn create(
     }
 }
 
+/// A pay's amount going from its actor to `@held` when it is made; settling,
+/// failing or expiring it later moves it on from there.
+fn hold(actor: &User, payment: &Payment) -> Movement {
+    Movement {
+        id: new_id(),
+        kind: "hold",
+        from: actor.id.clone(),
+        to: accounts::HELD.to_owned(),
+        cents: payment.amount_cents,
+        at: payment.date_created,
+    }
+}
+
 /// The account that has verified the address a pending payment waits on, other
 /// than its actor (who never claims their own payment).
 async fn verified_owner(store: &dyn Store, payment: &Payment) -> Result<Option<User>, StoreError> {
@@ -260,7 +273,7 @@ async fn verified_owner(store: &dyn Store, payment: &Payment) -> Result<Option<U
 
 /// A payment as it was when it was made: a replay repeats the first answer.
 fn as_first_answered(mut payment: Payment) -> Payment {
-    payment.status = PaymentStatus::Pending.as_str().to_owned();
+    payment.status = PaymentStatus::Pending;
     payment.date_completed = None;
     payment.refund_payment_id = None;
     payment
@@ -384,11 +397,11 @@ pub async fn update(
         .filter(|p| is_party(p, &user.id))
         .ok_or(UpdateError::NotFound)?;
     // A refund is settled from birth, so like any settled payment it cannot change.
-    if payment.kind != kinds::PAYMENT || payment.status != PaymentStatus::Pending.as_str() {
+    if payment.kind != PaymentKind::Payment || payment.status != PaymentStatus::Pending {
         return Err(UpdateError::InvalidState);
     }
     let is_actor = payment.actor_id.as_deref() == Some(user.id.as_str());
-    let is_charge = payment.action == PaymentAction::Charge.as_str();
+    let is_charge = payment.action == PaymentAction::Charge;
     let mut transition = match update {
         Update::Approve | Update::Deny if is_actor => {
             return Err(UpdateError::NotAllowed(
@@ -463,7 +476,7 @@ fn base(
 ) -> Transition {
     Transition {
         payment_id: payment.id.clone(),
-        status: status.as_str(),
+        status,
         at: now,
         movement_id: new_id(),
         entry_kind,
@@ -481,7 +494,7 @@ fn base(
 /// refund; a charge moves nothing.
 fn returning(payment: &Payment, status: PaymentStatus, now: i64) -> Transition {
     let mut t = base(payment, status, "refund", now);
-    if payment.action == PaymentAction::Pay.as_str() {
+    if payment.action == PaymentAction::Pay {
         if let Some(actor) = &payment.actor_id {
             t.moves.push(Move {
                 from: accounts::HELD.to_owned(),
@@ -501,18 +514,18 @@ fn returning(payment: &Payment, status: PaymentStatus, now: i64) -> Transition {
 fn refund_of(payment: &Payment, now: i64) -> Payment {
     Payment {
         id: new_id(),
-        kind: kinds::REFUND.to_owned(),
+        kind: PaymentKind::Refund,
         actor_id: None,
         target_type: "user".to_owned(),
         target_user_id: payment.actor_id.clone(),
         target_email: None,
         target_phone: None,
-        action: PaymentAction::Pay.as_str().to_owned(),
+        action: PaymentAction::Pay,
         amount_cents: payment.amount_cents,
         note: format!("Refund: {}", payment.note),
-        audience: Audience::Private.as_str().to_owned(),
-        status: PaymentStatus::Settled.as_str().to_owned(),
-        medium: payment.medium.clone(),
+        audience: Audience::Private,
+        status: PaymentStatus::Settled,
+        medium: payment.medium,
         date_created: now,
         date_completed: Some(now),
         reached_account_at: None,

@@ -1,3 +1,4 @@
+use crate::domain::{PaymentAction, PaymentStatus};
 use std::fmt;
 
 /// An account as stored.
@@ -140,8 +141,10 @@ pub struct AuditChunk {
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct AuditPayment {
     pub id: String,
-    pub action: String,
-    pub status: String,
+    #[sqlx(try_from = "String")]
+    pub action: PaymentAction,
+    #[sqlx(try_from = "String")]
+    pub status: PaymentStatus,
     pub actor_id: Option<String>,
     pub target_user_id: Option<String>,
     pub amount_cents: i64,

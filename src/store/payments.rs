@@ -3,7 +3,8 @@
 //! 'pending'`) in the same transaction as the money it moves, so a payment
 //! changes state exactly once however many instances race for it.
 
-use super::{StoreError, User};
+use super::{Movement, StoreError, User};
+use crate::domain::{Audience, Medium, PaymentAction, PaymentKind, PaymentStatus};
 use async_trait::async_trait;
 
 macro_rules! payment_columns {
@@ -18,8 +19,9 @@ pub const PAYMENT_COLUMNS: &str = payment_columns!();
 
 /// A new payment's movement, as statements both backends share the binds of:
 /// `$1`..`$17` the payment row in `PAYMENT_COLUMNS` order (`$3` the actor, `$5`
-/// the target account, `$9` the amount, `$14` the time), and for a pay `$18` the
-/// hold's movement id and `$19` the `@held` account. Each returns the actor's
+/// the target account, `$9` the amount, `$14` the time), and for a pay the hold
+/// the ledger decided: `$18` its movement id, `$19` the account it credits and
+/// `$20` its entries' kind. Each returns the actor's
 /// balance afterwards as its only row; a pay returns no row when the balance
 /// does not cover it.
 ///
@@ -35,7 +37,7 @@ pub(crate) const PG_HOLD_SQL: &str = concat!(
        FROM debit RETURNING id), \
      hold AS (INSERT INTO ledger_entries \
        (movement_id, kind, account, amount_cents, payment_id, created_at) \
-       SELECT $18, 'hold', e.account, e.cents, made.id, $14 FROM made \
+       SELECT $18, $20, e.account, e.cents, made.id, $14 FROM made \
        CROSS JOIN (VALUES ($3, -$9), ($19, $9)) AS e (account, cents)), \
      parties AS (INSERT INTO payment_parties (user_id, date_created, payment_id) \
        SELECT u.id, $14, made.id FROM made CROSS JOIN (VALUES ($3), ($5)) AS u (id) \
@@ -65,7 +67,7 @@ pub(crate) const SQLITE_HOLD_SQL: &str = concat!(
     payment_columns!(),
     ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17); \
      INSERT INTO ledger_entries (movement_id, kind, account, amount_cents, payment_id, created_at) \
-       VALUES ($18, 'hold', $3, -$9, $1, $14), ($18, 'hold', $19, $9, $1, $14); \
+       VALUES ($18, $20, $3, -$9, $1, $14), ($18, $20, $19, $9, $1, $14); \
      INSERT INTO payment_parties (user_id, date_created, payment_id) \
        SELECT id, $14, $1 FROM (SELECT $3 AS id UNION ALL SELECT $5) \
        WHERE id IS NOT NULL ON CONFLICT DO NOTHING"
@@ -82,34 +84,34 @@ pub(crate) const SQLITE_CHARGE_SQL: &str = concat!(
 );
 
 /// A payment, charge or refund as stored. `amount_cents` is positive; `action`
-/// tells the direction.
+/// tells the direction. Its words are read back as their types, so a row with
+/// any other word fails to load instead of reaching the rules.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct Payment {
     pub id: String,
-    /// `payment` or `refund`.
-    pub kind: String,
+    #[sqlx(try_from = "String")]
+    pub kind: PaymentKind,
     pub actor_id: Option<String>,
     /// `user`, `email` or `phone`.
     pub target_type: String,
     pub target_user_id: Option<String>,
     pub target_email: Option<String>,
     pub target_phone: Option<String>,
-    pub action: String,
+    #[sqlx(try_from = "String")]
+    pub action: PaymentAction,
     pub amount_cents: i64,
     pub note: String,
-    pub audience: String,
-    pub status: String,
-    pub medium: String,
+    #[sqlx(try_from = "String")]
+    pub audience: Audience,
+    #[sqlx(try_from = "String")]
+    pub status: PaymentStatus,
+    #[sqlx(try_from = "String")]
+    pub medium: Medium,
     pub date_created: i64,
     pub date_completed: Option<i64>,
     /// When the target became an account (at creation or claim).
     pub reached_account_at: Option<i64>,
     pub refund_payment_id: Option<String>,
-}
-
-pub mod kinds {
-    pub const PAYMENT: &str = "payment";
-    pub const REFUND: &str = "refund";
 }
 
 /// An Idempotency-Key presented with a new payment or a payment update.
@@ -128,8 +130,9 @@ pub struct IdempotencyKey {
 #[derive(Debug, Clone)]
 pub struct PaymentInsert {
     pub payment: Payment,
-    /// For a pay: the ledger movement that holds the amount from the actor.
-    pub hold_movement_id: Option<String>,
+    /// For a pay: the movement that holds its amount from its actor, as the
+    /// ledger decided it. It is written only if the actor's balance covers it.
+    pub hold: Option<Movement>,
     pub idempotency: Option<IdempotencyKey>,
 }
 
@@ -172,7 +175,7 @@ pub struct Move {
 #[derive(Debug, Clone)]
 pub struct Transition {
     pub payment_id: String,
-    pub status: &'static str,
+    pub status: PaymentStatus,
     pub at: i64,
     pub movement_id: String,
     /// The ledger entries' kind (`settle`, `refund`, `charge`).
@@ -222,9 +225,9 @@ pub enum TransitionOutcome {
 #[derive(Debug, Clone, Default)]
 pub struct PaymentFilter {
     pub owner_id: String,
-    pub action: Option<&'static str>,
+    pub action: Option<PaymentAction>,
     pub actor_ids: Vec<String>,
-    pub statuses: Vec<&'static str>,
+    pub statuses: Vec<PaymentStatus>,
     /// Strict lower bound on `date_created`.
     pub after: Option<i64>,
     /// Strict upper bound on `(date_created, id)`; without an id, on the time alone.
@@ -401,18 +404,18 @@ macro_rules! impl_payment_store {
                 );
                 sqlx::query(&sql)
                     .bind(&p.id)
-                    .bind(&p.kind)
+                    .bind(p.kind.as_str())
                     .bind(&p.actor_id)
                     .bind(&p.target_type)
                     .bind(&p.target_user_id)
                     .bind(&p.target_email)
                     .bind(&p.target_phone)
-                    .bind(&p.action)
+                    .bind(p.action.as_str())
                     .bind(p.amount_cents)
                     .bind(&p.note)
-                    .bind(&p.audience)
-                    .bind(&p.status)
-                    .bind(&p.medium)
+                    .bind(p.audience.as_str())
+                    .bind(p.status.as_str())
+                    .bind(p.medium.as_str())
                     .bind(p.date_created)
                     .bind(p.date_completed)
                     .bind(p.reached_account_at)
@@ -434,37 +437,45 @@ macro_rules! impl_payment_store {
                 E: sqlx::Executor<'e, Database = Backend>,
             {
                 let p = &insert.payment;
-                let sql = if insert.hold_movement_id.is_some() {
+                let sql = if insert.hold.is_some() {
                     HOLD_SQL
                 } else {
                     CHARGE_SQL
                 };
                 let mut query = sqlx::query_scalar::<_, i64>(sql)
                     .bind(&p.id)
-                    .bind(&p.kind)
+                    .bind(p.kind.as_str())
                     .bind(&p.actor_id)
                     .bind(&p.target_type)
                     .bind(&p.target_user_id)
                     .bind(&p.target_email)
                     .bind(&p.target_phone)
-                    .bind(&p.action)
+                    .bind(p.action.as_str())
                     .bind(p.amount_cents)
                     .bind(&p.note)
-                    .bind(&p.audience)
-                    .bind(&p.status)
-                    .bind(&p.medium)
+                    .bind(p.audience.as_str())
+                    .bind(p.status.as_str())
+                    .bind(p.medium.as_str())
                     .bind(p.date_created)
                     .bind(p.date_completed)
                     .bind(p.reached_account_at)
                     .bind(&p.refund_payment_id);
-                if let Some(movement_id) = &insert.hold_movement_id {
-                    query = query
-                        .bind(movement_id)
-                        .bind($crate::store::accounts::HELD);
+                if let Some(hold) = &insert.hold {
+                    // The statement debits the payment's actor by its amount at
+                    // its time; a hold of anything else is not what it writes.
+                    if p.actor_id.as_deref() != Some(hold.from.as_str())
+                        || hold.cents != p.amount_cents
+                        || hold.at != p.date_created
+                    {
+                        return Err(StoreError::Unexpected(anyhow::anyhow!(
+                            "a hold must move the payment's amount from its actor"
+                        )));
+                    }
+                    query = query.bind(&hold.id).bind(&hold.to).bind(hold.kind);
                 }
                 // Every row, so that each of SQLite's statements runs.
                 let balance = query.fetch_all(executor).await?.pop();
-                if balance.is_none() && insert.hold_movement_id.is_none() {
+                if balance.is_none() && insert.hold.is_none() {
                     return Err(StoreError::NotFound("user"));
                 }
                 Ok(balance)
@@ -644,7 +655,7 @@ macro_rules! impl_payment_store {
                 Ok(created(Some(balance)))
             }
 
-            #[tracing::instrument(skip_all, fields(payment_id = %t.payment_id, status = t.status))]
+            #[tracing::instrument(skip_all, fields(payment_id = %t.payment_id, status = t.status.as_str()))]
             async fn apply_transition(
                 &self,
                 t: &$crate::store::Transition,
@@ -687,7 +698,7 @@ macro_rules! impl_payment_store {
                 );
                 let mut update = sqlx::query(&sql)
                     .bind(&t.payment_id)
-                    .bind(t.status)
+                    .bind(t.status.as_str())
                     .bind(t.at)
                     .bind(t.refund.as_ref().map(|r| r.id.clone()));
                 if let Some(user_id) = &t.only_if_active {
@@ -891,7 +902,7 @@ macro_rules! impl_payment_store {
                     None => {}
                 }
                 if let Some(action) = f.action {
-                    query.push(" AND p.action = ").push_bind(action);
+                    query.push(" AND p.action = ").push_bind(action.as_str());
                 }
                 if !f.actor_ids.is_empty() {
                     query.push(" AND p.actor_id IN (");
@@ -905,7 +916,7 @@ macro_rules! impl_payment_store {
                     query.push(" AND p.status IN (");
                     let mut list = query.separated(", ");
                     for status in &f.statuses {
-                        list.push_bind(*status);
+                        list.push_bind(status.as_str());
                     }
                     query.push(")");
                 }

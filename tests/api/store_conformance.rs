@@ -2,7 +2,7 @@
 
 use crate::helpers::{on_both_backends, Backend, TestDb};
 use std::sync::Arc;
-use tally::domain::{now_micros, Amount};
+use tally::domain::{now_micros, Amount, PaymentStatus};
 use tally::ledger;
 use tally::store::{NewApp, NewUser, Store, StoreError, UserFlags, UserKey};
 
@@ -525,7 +525,7 @@ async fn an_expiry_decided_before_a_claim_does_not_overtake_it(backend: Backend)
     assert_eq!(claimed, 1);
     let expiry = tally::store::Transition {
         unclaimed_only: true,
-        ..release_held(&made.payment.id, "expired", "refund", &ann.id)
+        ..release_held(&made.payment.id, PaymentStatus::Expired, "refund", &ann.id)
     };
     let outcome = store.apply_transition(&expiry).await.unwrap();
     assert!(
@@ -574,7 +574,7 @@ async fn a_settlement_decided_before_a_suspension_does_not_credit_the_account(ba
     let settle = tally::store::Transition {
         only_if_active: Some(bob.id.clone()),
         idempotency: None,
-        ..release_held(&made.payment.id, "settled", "settle", &bob.id)
+        ..release_held(&made.payment.id, PaymentStatus::Settled, "settle", &bob.id)
     };
     let outcome = store.apply_transition(&settle).await.unwrap();
     assert!(
@@ -584,7 +584,7 @@ async fn a_settlement_decided_before_a_suspension_does_not_credit_the_account(ba
     // The next round fails it and refunds ann.
     run_workers_once(store.as_ref()).await;
     let payment = store.find_payments(&[made.payment.id]).await.unwrap();
-    assert_eq!(payment[0].status, "failed");
+    assert_eq!(payment[0].status, PaymentStatus::Failed);
     let report = ledger::audit::run(store.as_ref()).await.unwrap();
     assert!(report.ok, "{:?}", report.discrepancies);
 }
@@ -665,20 +665,25 @@ async fn a_settlement_batch_settles_each_due_pay_once_and_passes_by_the_rest(bac
     assert_eq!(balance(&cy.id).await, 0);
     assert_eq!(balance(&ann.id).await, 2000 - 1200);
     let ids = [to_bob.id, again_to_bob.id, to_cy.id, cancelled.id];
-    let mut statuses: Vec<(String, String)> = store
+    let mut statuses: Vec<(String, PaymentStatus)> = store
         .find_payments(&ids)
         .await
         .unwrap()
         .into_iter()
         .map(|p| (p.id, p.status))
         .collect();
-    statuses.sort();
-    let mut want: Vec<(String, String)> = ids
+    statuses.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut want: Vec<(String, PaymentStatus)> = ids
         .iter()
-        .zip(["settled", "settled", "pending", "cancelled"])
-        .map(|(id, status)| (id.clone(), status.to_owned()))
+        .zip([
+            PaymentStatus::Settled,
+            PaymentStatus::Settled,
+            PaymentStatus::Pending,
+            PaymentStatus::Cancelled,
+        ])
+        .map(|(id, status)| (id.clone(), status))
         .collect();
-    want.sort();
+    want.sort_by(|a, b| a.0.cmp(&b.0));
     assert_eq!(statuses, want);
     let report = ledger::audit::run(store.as_ref()).await.unwrap();
     assert!(report.ok, "{:?}", report.discrepancies);
@@ -906,7 +911,7 @@ async fn pay_four(
 /// it is applied (the races these tests stage).
 fn release_held(
     payment_id: &str,
-    status: &'static str,
+    status: PaymentStatus,
     entry_kind: &'static str,
     to: &str,
 ) -> tally::store::Transition {
