@@ -251,16 +251,18 @@ macro_rules! impl_pages_store {
                 let user = match spent {
                     None => None,
                     Some((user_id, channel, address)) => {
-                        let sql = format!(
-                            "UPDATE users SET verified = TRUE, \
-                               email_verified = (email_verified OR ($2 = 'email' AND email = $3)), \
-                               phone_verified = (phone_verified OR ($2 = 'phone' AND phone = $3)) \
-                             WHERE id = $1 AND (($2 = 'email' AND email = $3) \
-                                             OR ($2 = 'phone' AND phone = $3)) \
-                             RETURNING {}",
-                            $crate::store::sql::USER_COLUMNS
-                        );
-                        sqlx::query_as::<_, User>(&sql)
+                        static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+                            format!(
+                                "UPDATE users SET verified = TRUE, \
+                                   email_verified = (email_verified OR ($2 = 'email' AND email = $3)), \
+                                   phone_verified = (phone_verified OR ($2 = 'phone' AND phone = $3)) \
+                                 WHERE id = $1 AND (($2 = 'email' AND email = $3) \
+                                                 OR ($2 = 'phone' AND phone = $3)) \
+                                 RETURNING {}",
+                                $crate::store::sql::USER_COLUMNS
+                            )
+                        });
+                        sqlx::query_as::<_, User>(&SQL)
                             .bind(&user_id)
                             .bind(&channel)
                             .bind(&address)
@@ -278,13 +280,15 @@ macro_rules! impl_pages_store {
                 user_id: &str,
                 profile: &$crate::store::ProfileUpdate,
             ) -> Result<Option<User>, StoreError> {
-                let sql = format!(
-                    "UPDATE users SET first_name = $2, last_name = $3, about = $4 \
-                     WHERE id = $1 RETURNING {}",
-                    $crate::store::sql::USER_COLUMNS
-                );
+                static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+                    format!(
+                        "UPDATE users SET first_name = $2, last_name = $3, about = $4 \
+                         WHERE id = $1 RETURNING {}",
+                        $crate::store::sql::USER_COLUMNS
+                    )
+                });
                 let mut tx = self.write().await?;
-                let user = sqlx::query_as::<_, User>(&sql)
+                let user = sqlx::query_as::<_, User>(&SQL)
                     .bind(user_id)
                     .bind(&profile.first_name)
                     .bind(&profile.last_name)
@@ -303,16 +307,18 @@ macro_rules! impl_pages_store {
                 phone: Option<&str>,
             ) -> Result<Option<User>, StoreError> {
                 // Every SET expression reads the row as it was before.
-                let sql = format!(
-                    "UPDATE users SET \
-                       email_verified = (email_verified AND email IS NOT DISTINCT FROM $2), \
-                       phone_verified = (phone_verified AND phone IS NOT DISTINCT FROM $3), \
-                       email = $2, phone = $3 \
-                     WHERE id = $1 RETURNING {}",
-                    $crate::store::sql::USER_COLUMNS
-                );
+                static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+                    format!(
+                        "UPDATE users SET \
+                           email_verified = (email_verified AND email IS NOT DISTINCT FROM $2), \
+                           phone_verified = (phone_verified AND phone IS NOT DISTINCT FROM $3), \
+                           email = $2, phone = $3 \
+                         WHERE id = $1 RETURNING {}",
+                        $crate::store::sql::USER_COLUMNS
+                    )
+                });
                 let mut tx = self.write().await?;
-                let user = sqlx::query_as::<_, User>(&sql)
+                let user = sqlx::query_as::<_, User>(&SQL)
                     .bind(user_id)
                     .bind(email)
                     .bind(phone)
@@ -492,11 +498,13 @@ macro_rules! impl_pages_store {
 
             #[tracing::instrument(skip_all)]
             async fn apps_of_owner(&self, owner_id: &str) -> Result<Vec<App>, StoreError> {
-                let sql = format!(
-                    "SELECT {} FROM apps WHERE owner_id = $1 ORDER BY created_at, client_id",
-                    $crate::store::sql::APP_COLUMNS
-                );
-                Ok(sqlx::query_as::<_, App>(&sql)
+                static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+                    format!(
+                        "SELECT {} FROM apps WHERE owner_id = $1 ORDER BY created_at, client_id",
+                        $crate::store::sql::APP_COLUMNS
+                    )
+                });
+                Ok(sqlx::query_as::<_, App>(&SQL)
                     .bind(owner_id)
                     .fetch_all(self.reader())
                     .await?)
@@ -509,13 +517,15 @@ macro_rules! impl_pages_store {
                 client_id: &str,
                 update: &$crate::store::AppUpdate,
             ) -> Result<Option<App>, StoreError> {
-                let sql = format!(
-                    "UPDATE apps SET name = $3, description = $4, redirect_url = $5, \
-                     site_url = $6 WHERE client_id = $1 AND owner_id = $2 RETURNING {}",
-                    $crate::store::sql::APP_COLUMNS
-                );
+                static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+                    format!(
+                        "UPDATE apps SET name = $3, description = $4, redirect_url = $5, \
+                         site_url = $6 WHERE client_id = $1 AND owner_id = $2 RETURNING {}",
+                        $crate::store::sql::APP_COLUMNS
+                    )
+                });
                 let mut tx = self.write().await?;
-                let app = sqlx::query_as::<_, App>(&sql)
+                let app = sqlx::query_as::<_, App>(&SQL)
                     .bind(client_id)
                     .bind(owner_id)
                     .bind(&update.name)

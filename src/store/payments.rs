@@ -397,12 +397,25 @@ macro_rules! impl_payment_store {
                 tx: &mut sqlx::Transaction<'static, Backend>,
                 p: &$crate::store::Payment,
             ) -> Result<(), StoreError> {
-                let sql = format!(
-                    "INSERT INTO payments ({}) VALUES \
-                     ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)",
-                    $crate::store::payments::PAYMENT_COLUMNS
-                );
-                sqlx::query(&sql)
+                static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+                    format!(
+                        "INSERT INTO payments ({}) VALUES \
+                         ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)",
+                        $crate::store::payments::PAYMENT_COLUMNS
+                    )
+                });
+                Self::bind_payment(sqlx::query(&SQL), p)
+                    .execute(&mut **tx)
+                    .await?;
+                Ok(())
+            }
+
+            /// Binds `$1`..`$17`: the payment row in `PAYMENT_COLUMNS` order.
+            fn bind_payment<'q>(
+                query: sqlx::query::Query<'q, Backend, <Backend as sqlx::Database>::Arguments<'q>>,
+                p: &'q $crate::store::Payment,
+            ) -> sqlx::query::Query<'q, Backend, <Backend as sqlx::Database>::Arguments<'q>> {
+                query
                     .bind(&p.id)
                     .bind(p.kind.as_str())
                     .bind(&p.actor_id)
@@ -420,9 +433,6 @@ macro_rules! impl_payment_store {
                     .bind(p.date_completed)
                     .bind(p.reached_account_at)
                     .bind(&p.refund_payment_id)
-                    .execute(&mut **tx)
-                    .await?;
-                Ok(())
             }
 
             /// Writes a new payment with its parties and, for a pay, the hold:
@@ -442,24 +452,7 @@ macro_rules! impl_payment_store {
                 } else {
                     CHARGE_SQL
                 };
-                let mut query = sqlx::query_scalar::<_, i64>(sql)
-                    .bind(&p.id)
-                    .bind(p.kind.as_str())
-                    .bind(&p.actor_id)
-                    .bind(&p.target_type)
-                    .bind(&p.target_user_id)
-                    .bind(&p.target_email)
-                    .bind(&p.target_phone)
-                    .bind(p.action.as_str())
-                    .bind(p.amount_cents)
-                    .bind(&p.note)
-                    .bind(p.audience.as_str())
-                    .bind(p.status.as_str())
-                    .bind(p.medium.as_str())
-                    .bind(p.date_created)
-                    .bind(p.date_completed)
-                    .bind(p.reached_account_at)
-                    .bind(&p.refund_payment_id);
+                let mut query = Self::bind_payment(sqlx::query(sql), p);
                 if let Some(hold) = &insert.hold {
                     // The statement debits the payment's actor by its amount at
                     // its time; a hold of anything else is not what it writes.
@@ -474,7 +467,10 @@ macro_rules! impl_payment_store {
                     query = query.bind(&hold.id).bind(&hold.to).bind(hold.kind);
                 }
                 // Every row, so that each of SQLite's statements runs.
-                let balance = query.fetch_all(executor).await?.pop();
+                let balance = match query.fetch_all(executor).await?.pop() {
+                    Some(row) => Some(sqlx::Row::try_get::<i64, _>(&row, 0)?),
+                    None => None,
+                };
                 if balance.is_none() && insert.hold.is_none() {
                     return Err(StoreError::NotFound("user"));
                 }
@@ -485,11 +481,13 @@ macro_rules! impl_payment_store {
                 tx: &mut sqlx::Transaction<'static, Backend>,
                 id: &str,
             ) -> Result<$crate::store::Payment, StoreError> {
-                let sql = format!(
-                    "SELECT {} FROM payments WHERE id = $1",
-                    $crate::store::payments::PAYMENT_COLUMNS
-                );
-                Ok(sqlx::query_as::<_, $crate::store::Payment>(&sql)
+                static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+                    format!(
+                        "SELECT {} FROM payments WHERE id = $1",
+                        $crate::store::payments::PAYMENT_COLUMNS
+                    )
+                });
+                Ok(sqlx::query_as::<_, $crate::store::Payment>(&SQL)
                     .bind(id)
                     .fetch_one(&mut **tx)
                     .await?)
@@ -669,10 +667,12 @@ macro_rules! impl_payment_store {
                     }
                 }
                 if t.skip_locked {
-                    let sql = format!(
-                        "SELECT id FROM payments WHERE id = $1 AND status = 'pending'{SKIP_LOCKED}"
-                    );
-                    let free: Option<String> = sqlx::query_scalar(&sql)
+                    static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+                        format!(
+                            "SELECT id FROM payments WHERE id = $1 AND status = 'pending'{SKIP_LOCKED}"
+                        )
+                    });
+                    let free: Option<String> = sqlx::query_scalar(&SQL)
                         .bind(&t.payment_id)
                         .fetch_optional(&mut *tx)
                         .await?;
@@ -853,10 +853,13 @@ macro_rules! impl_payment_store {
                 if ids.is_empty() {
                     return Ok(Vec::new());
                 }
-                let mut query = sqlx::QueryBuilder::<Backend>::new(format!(
-                    "SELECT {} FROM payments WHERE id IN (",
-                    $crate::store::payments::PAYMENT_COLUMNS
-                ));
+                static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+                    format!(
+                        "SELECT {} FROM payments WHERE id IN (",
+                        $crate::store::payments::PAYMENT_COLUMNS
+                    )
+                });
+                let mut query = sqlx::QueryBuilder::<Backend>::new(SQL.as_str());
                 let mut list = query.separated(", ");
                 for id in ids {
                     list.push_bind(id.clone());
@@ -873,14 +876,17 @@ macro_rules! impl_payment_store {
                 &self,
                 f: &$crate::store::PaymentFilter,
             ) -> Result<Vec<$crate::store::Payment>, StoreError> {
-                let mut query = sqlx::QueryBuilder::<Backend>::new(format!(
-                    "SELECT {} FROM payment_parties pp JOIN payments p ON p.id = pp.payment_id \
-                     WHERE pp.user_id = ",
-                    $crate::store::payments::prefixed(
-                        $crate::store::payments::PAYMENT_COLUMNS,
-                        "p"
+                static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+                    format!(
+                        "SELECT {} FROM payment_parties pp JOIN payments p ON p.id = pp.payment_id \
+                         WHERE pp.user_id = ",
+                        $crate::store::payments::prefixed(
+                            $crate::store::payments::PAYMENT_COLUMNS,
+                            "p"
+                        )
                     )
-                ));
+                });
+                let mut query = sqlx::QueryBuilder::<Backend>::new(SQL.as_str());
                 query.push_bind(f.owner_id.clone());
                 if let Some(after) = f.after {
                     query.push(" AND pp.date_created > ").push_bind(after);
@@ -936,20 +942,22 @@ macro_rules! impl_payment_store {
                 expire_by: i64,
                 limit: i64,
             ) -> Result<Vec<$crate::store::DuePayment>, StoreError> {
-                let sql = format!(
-                    "SELECT {}, u.suspended AS target_suspended FROM payments p \
-                     LEFT JOIN users u ON u.id = p.target_user_id \
-                     WHERE p.status = 'pending' AND ( \
-                       (p.action = 'pay' AND p.target_user_id IS NOT NULL \
-                         AND p.reached_account_at <= $1) \
-                       OR (p.target_user_id IS NULL AND p.date_created <= $2)) \
-                     ORDER BY p.date_created LIMIT $3",
-                    $crate::store::payments::prefixed(
-                        $crate::store::payments::PAYMENT_COLUMNS,
-                        "p"
+                static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+                    format!(
+                        "SELECT {}, u.suspended AS target_suspended FROM payments p \
+                         LEFT JOIN users u ON u.id = p.target_user_id \
+                         WHERE p.status = 'pending' AND ( \
+                           (p.action = 'pay' AND p.target_user_id IS NOT NULL \
+                             AND p.reached_account_at <= $1) \
+                           OR (p.target_user_id IS NULL AND p.date_created <= $2)) \
+                         ORDER BY p.date_created LIMIT $3",
+                        $crate::store::payments::prefixed(
+                            $crate::store::payments::PAYMENT_COLUMNS,
+                            "p"
+                        )
                     )
-                );
-                Ok(sqlx::query_as::<_, $crate::store::DuePayment>(&sql)
+                });
+                Ok(sqlx::query_as::<_, $crate::store::DuePayment>(&SQL)
                     .bind(settle_by)
                     .bind(expire_by)
                     .bind(limit)
@@ -1014,17 +1022,19 @@ macro_rules! impl_payment_store {
                 &self,
                 s: &$crate::store::UserSearch,
             ) -> Result<Vec<$crate::store::User>, StoreError> {
-                let columns = $crate::store::sql::USER_COLUMNS;
                 let Some(trigram) = $crate::store::payments::first_trigram(&s.needle) else {
                     // Shorter than a trigram: no index can narrow it, read every user.
-                    let sql = format!(
-                        "SELECT {columns} FROM users WHERE suspended = FALSE AND ( \
-                           lower(username) LIKE $1 ESCAPE '\\' \
-                           OR lower(first_name || ' ' || last_name) LIKE $1 ESCAPE '\\' \
-                           OR (email = $2 AND email_verified) OR (phone = $3 AND phone_verified)) \
-                         ORDER BY lower(username), id LIMIT $4 OFFSET $5"
-                    );
-                    return Ok(sqlx::query_as::<_, $crate::store::User>(&sql)
+                    static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+                        let columns = $crate::store::sql::USER_COLUMNS;
+                        format!(
+                            "SELECT {columns} FROM users WHERE suspended = FALSE AND ( \
+                               lower(username) LIKE $1 ESCAPE '\\' \
+                               OR lower(first_name || ' ' || last_name) LIKE $1 ESCAPE '\\' \
+                               OR (email = $2 AND email_verified) OR (phone = $3 AND phone_verified)) \
+                             ORDER BY lower(username), id LIMIT $4 OFFSET $5"
+                        )
+                    });
+                    return Ok(sqlx::query_as::<_, $crate::store::User>(&SQL)
                         .bind(&s.pattern)
                         .bind(&s.email)
                         .bind(&s.phone)
@@ -1037,21 +1047,24 @@ macro_rules! impl_payment_store {
                 // walk that trigram's index entries in listing order, keep the
                 // users the full condition matches and stop once `offset + limit`
                 // are found; add the few e-mail and phone matches; page the union.
-                let sql = format!(
-                    "SELECT {columns} FROM ( \
-                       SELECT * FROM ( \
-                         SELECT {} FROM user_search_trigrams t JOIN users u ON u.id = t.user_id \
-                         WHERE t.trigram = $6 AND u.suspended = FALSE \
-                           AND (lower(u.username) LIKE $1 ESCAPE '\\' \
-                             OR lower(u.first_name || ' ' || u.last_name) LIKE $1 ESCAPE '\\') \
-                         ORDER BY t.sort_key, t.user_id LIMIT $7) named \
-                       UNION \
-                       SELECT {columns} FROM users WHERE suspended = FALSE \
-                         AND ((email = $2 AND email_verified) OR (phone = $3 AND phone_verified)) \
-                     ) found ORDER BY lower(username), id LIMIT $4 OFFSET $5",
-                    $crate::store::payments::prefixed(columns, "u")
-                );
-                Ok(sqlx::query_as::<_, $crate::store::User>(&sql)
+                static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+                    let columns = $crate::store::sql::USER_COLUMNS;
+                    format!(
+                        "SELECT {columns} FROM ( \
+                           SELECT * FROM ( \
+                             SELECT {} FROM user_search_trigrams t JOIN users u ON u.id = t.user_id \
+                             WHERE t.trigram = $6 AND u.suspended = FALSE \
+                               AND (lower(u.username) LIKE $1 ESCAPE '\\' \
+                                 OR lower(u.first_name || ' ' || u.last_name) LIKE $1 ESCAPE '\\') \
+                             ORDER BY t.sort_key, t.user_id LIMIT $7) named \
+                           UNION \
+                           SELECT {columns} FROM users WHERE suspended = FALSE \
+                             AND ((email = $2 AND email_verified) OR (phone = $3 AND phone_verified)) \
+                         ) found ORDER BY lower(username), id LIMIT $4 OFFSET $5",
+                        $crate::store::payments::prefixed(columns, "u")
+                    )
+                });
+                Ok(sqlx::query_as::<_, $crate::store::User>(&SQL)
                     .bind(&s.pattern)
                     .bind(&s.email)
                     .bind(&s.phone)
@@ -1070,12 +1083,14 @@ macro_rules! impl_payment_store {
                 after: Option<&str>,
                 limit: i64,
             ) -> Result<Vec<$crate::store::User>, StoreError> {
-                let sql = format!(
-                    "SELECT {} FROM friendships f JOIN users u ON u.id = f.friend_id \
-                     WHERE f.user_id = $1 AND f.friend_id > $2 ORDER BY f.friend_id LIMIT $3",
-                    $crate::store::payments::prefixed($crate::store::sql::USER_COLUMNS, "u")
-                );
-                Ok(sqlx::query_as::<_, $crate::store::User>(&sql)
+                static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+                    format!(
+                        "SELECT {} FROM friendships f JOIN users u ON u.id = f.friend_id \
+                         WHERE f.user_id = $1 AND f.friend_id > $2 ORDER BY f.friend_id LIMIT $3",
+                        $crate::store::payments::prefixed($crate::store::sql::USER_COLUMNS, "u")
+                    )
+                });
+                Ok(sqlx::query_as::<_, $crate::store::User>(&SQL)
                     .bind(user_id)
                     .bind(after.unwrap_or(""))
                     .bind(limit)

@@ -120,15 +120,17 @@ macro_rules! impl_store {
 
             #[tracing::instrument(skip_all, fields(username = %user.username))]
             async fn insert_user(&self, user: &NewUser) -> Result<User, StoreError> {
-                let sql = format!(
-                    "INSERT INTO users (id, username, first_name, last_name, about, email, \
-                     email_verified, phone, phone_verified, password_hash, verified, date_joined) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) \
-                     RETURNING {}",
-                    $crate::store::sql::USER_COLUMNS
-                );
+                static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+                    format!(
+                        "INSERT INTO users (id, username, first_name, last_name, about, email, \
+                         email_verified, phone, phone_verified, password_hash, verified, date_joined) \
+                         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) \
+                         RETURNING {}",
+                        $crate::store::sql::USER_COLUMNS
+                    )
+                });
                 let mut tx = self.write().await?;
-                let inserted = sqlx::query_as::<_, User>(&sql)
+                let inserted = sqlx::query_as::<_, User>(&SQL)
                     .bind(&user.id)
                     .bind(&user.username)
                     .bind(&user.first_name)
@@ -151,17 +153,27 @@ macro_rules! impl_store {
             async fn find_user(&self, key: UserKey<'_>) -> Result<Option<User>, StoreError> {
                 // Several accounts may hold one unverified address; the one
                 // that verified it comes first, else the earliest.
-                let (condition, order, value) = match key {
-                    UserKey::Id(v) => ("id = $1", "id", v),
-                    UserKey::Username(v) => ("lower(username) = lower($1)", "id", v),
-                    UserKey::Email(v) => ("email = $1", "email_verified DESC, date_joined, id", v),
-                    UserKey::Phone(v) => ("phone = $1", "phone_verified DESC, date_joined, id", v),
+                static BY: std::sync::LazyLock<[String; 4]> = std::sync::LazyLock::new(|| {
+                    [
+                        ("id = $1", "id"),
+                        ("lower(username) = lower($1)", "id"),
+                        ("email = $1", "email_verified DESC, date_joined, id"),
+                        ("phone = $1", "phone_verified DESC, date_joined, id"),
+                    ]
+                    .map(|(condition, order)| {
+                        format!(
+                            "SELECT {} FROM users WHERE {condition} ORDER BY {order} LIMIT 1",
+                            $crate::store::sql::USER_COLUMNS
+                        )
+                    })
+                });
+                let (sql, value) = match key {
+                    UserKey::Id(v) => (&BY[0], v),
+                    UserKey::Username(v) => (&BY[1], v),
+                    UserKey::Email(v) => (&BY[2], v),
+                    UserKey::Phone(v) => (&BY[3], v),
                 };
-                let sql = format!(
-                    "SELECT {} FROM users WHERE {condition} ORDER BY {order} LIMIT 1",
-                    $crate::store::sql::USER_COLUMNS
-                );
-                Ok(sqlx::query_as::<_, User>(&sql)
+                Ok(sqlx::query_as::<_, User>(sql)
                     .bind(value)
                     .fetch_optional(self.reader())
                     .await?)
@@ -173,17 +185,19 @@ macro_rules! impl_store {
                 user_id: &str,
                 flags: UserFlags,
             ) -> Result<Option<User>, StoreError> {
-                let sql = format!(
-                    "UPDATE users SET \
-                       verified = COALESCE($2, verified), \
-                       suspended = COALESCE($3, suspended), \
-                       email_verified = (email_verified OR ($4 AND email IS NOT NULL)), \
-                       phone_verified = (phone_verified OR ($4 AND phone IS NOT NULL)) \
-                     WHERE id = $1 RETURNING {}",
-                    $crate::store::sql::USER_COLUMNS
-                );
+                static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+                    format!(
+                        "UPDATE users SET \
+                           verified = COALESCE($2, verified), \
+                           suspended = COALESCE($3, suspended), \
+                           email_verified = (email_verified OR ($4 AND email IS NOT NULL)), \
+                           phone_verified = (phone_verified OR ($4 AND phone IS NOT NULL)) \
+                         WHERE id = $1 RETURNING {}",
+                        $crate::store::sql::USER_COLUMNS
+                    )
+                });
                 let mut tx = self.write().await?;
-                let user = sqlx::query_as::<_, User>(&sql)
+                let user = sqlx::query_as::<_, User>(&SQL)
                     .bind(user_id)
                     .bind(flags.verified)
                     .bind(flags.suspended)
@@ -225,14 +239,16 @@ macro_rules! impl_store {
 
             #[tracing::instrument(skip_all, fields(name = %app.name))]
             async fn insert_app(&self, app: &NewApp) -> Result<App, StoreError> {
-                let sql = format!(
-                    "INSERT INTO apps (client_id, secret_digest, name, description, \
-                     redirect_url, site_url, owner_id, created_at) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING {}",
-                    $crate::store::sql::APP_COLUMNS
-                );
+                static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+                    format!(
+                        "INSERT INTO apps (client_id, secret_digest, name, description, \
+                         redirect_url, site_url, owner_id, created_at) \
+                         VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING {}",
+                        $crate::store::sql::APP_COLUMNS
+                    )
+                });
                 let mut tx = self.write().await?;
-                let inserted = sqlx::query_as::<_, App>(&sql)
+                let inserted = sqlx::query_as::<_, App>(&SQL)
                     .bind(&app.client_id)
                     .bind(&app.secret_digest)
                     .bind(&app.name)
@@ -249,11 +265,13 @@ macro_rules! impl_store {
 
             #[tracing::instrument(skip_all)]
             async fn find_app(&self, client_id: &str) -> Result<Option<App>, StoreError> {
-                let sql = format!(
-                    "SELECT {} FROM apps WHERE client_id = $1",
-                    $crate::store::sql::APP_COLUMNS
-                );
-                Ok(sqlx::query_as::<_, App>(&sql)
+                static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+                    format!(
+                        "SELECT {} FROM apps WHERE client_id = $1",
+                        $crate::store::sql::APP_COLUMNS
+                    )
+                });
+                Ok(sqlx::query_as::<_, App>(&SQL)
                     .bind(client_id)
                     .fetch_optional(self.reader())
                     .await?)
@@ -265,12 +283,14 @@ macro_rules! impl_store {
                 client_id: &str,
                 suspended: bool,
             ) -> Result<Option<App>, StoreError> {
-                let sql = format!(
-                    "UPDATE apps SET suspended = $2 WHERE client_id = $1 RETURNING {}",
-                    $crate::store::sql::APP_COLUMNS
-                );
+                static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+                    format!(
+                        "UPDATE apps SET suspended = $2 WHERE client_id = $1 RETURNING {}",
+                        $crate::store::sql::APP_COLUMNS
+                    )
+                });
                 let mut tx = self.write().await?;
-                let app = sqlx::query_as::<_, App>(&sql)
+                let app = sqlx::query_as::<_, App>(&SQL)
                     .bind(client_id)
                     .bind(suspended)
                     .fetch_optional(&mut *tx)
