@@ -1,37 +1,35 @@
-//! Persistence. The only module that knows SQL: one `Store` trait, implemented for
+//! Persistence. The only module that knows SQL: the `Store` traits (one per
+//! domain, in `traits.rs`), implemented once in `queries/` and compiled for
 //! SQLite and for PostgreSQL. Every method is one transaction.
 
 mod error;
 mod models;
 mod oauth;
-mod pages;
 mod payments;
 mod pool;
 mod postgres;
 mod sql;
 mod sqlite;
 mod traits;
+mod verification;
 
 pub use error::StoreError;
 pub use models::{
     accounts, AccountBalance, App, AppUpdate, AuditChunk, AuditPayment, AuditSnapshot, LedgerSum,
-    Movement, NewApp, NewUser, PaymentEntrySum, User, UserFlags,
+    Movement, NewApp, NewUser, PaymentEntrySum, ProfileUpdate, Retention, User, UserFlags,
 };
 pub use oauth::{
-    CodeCheck, CodeRecord, CodeUse, Grant, IntrospectingClient, NewCode, NewGrant, NewToken,
-    OAuthStore, RefreshUse, SigninDecision, TokenKind, TokenRecord,
-};
-pub use pages::{
-    Channel, ConsentRow, NewVerification, PagesStore, PersonalToken, ProfileUpdate, Retention,
-    SendLimits,
+    CodeCheck, CodeRecord, CodeUse, ConsentRow, Grant, IntrospectingClient, NewCode, NewGrant,
+    NewToken, PersonalToken, RefreshUse, SigninDecision, TokenKind, TokenRecord,
 };
 pub use payments::{
     DuePayment, IdempotencyKey, InsertOutcome, Move, Payment, PaymentFilter, PaymentInsert,
-    PaymentStore, Settlement, StoredIdempotencyKey, Transition, TransitionOutcome, UserSearch,
+    Settlement, StoredIdempotencyKey, Transition, TransitionOutcome, UserSearch,
 };
 pub use postgres::PgStore;
 pub use sqlite::{SqliteStore, PAGE_LIMIT_FILE_VARIABLE as SQLITE_PAGE_LIMIT_FILE_VARIABLE};
-pub use traits::{Store, UserKey};
+pub use traits::{AccountStore, OAuthStore, PaymentStore, Store, UserKey, UserStore};
+pub use verification::{Channel, NewVerification, SendLimits};
 
 use crate::config::DatabaseUrl;
 use std::sync::Arc;

@@ -50,6 +50,14 @@ pub struct UserFlags {
     pub suspended: Option<bool>,
 }
 
+/// The free-text fields of a profile, already checked.
+#[derive(Debug, Clone)]
+pub struct ProfileUpdate {
+    pub first_name: String,
+    pub last_name: String,
+    pub about: String,
+}
+
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct App {
     pub client_id: String,
@@ -157,4 +165,26 @@ pub struct PaymentEntrySum {
     pub payment_id: String,
     pub account: String,
     pub total_cents: i64,
+}
+
+/// Rows older than these moments (microseconds) are no longer needed: the
+/// retention worker deletes them (SPEC §9).
+#[derive(Debug, Clone, Copy)]
+pub struct Retention {
+    /// Codes that expired or were used before this.
+    pub codes_before: i64,
+    /// Sign-in failures recorded before this.
+    pub signin_failures_before: i64,
+    /// Idempotency keys taken before this.
+    pub idempotency_keys_before: i64,
+    /// Tokens that expired or were revoked before this.
+    pub tokens_before: i64,
+    /// Ended-session records whose cookie expired before this.
+    pub ended_sessions_before: i64,
+    /// Verification links that expired before this.
+    pub verification_links_before: i64,
+    /// Unshown secrets kept since before this.
+    pub reveals_before: i64,
+    /// Verification sends made before this.
+    pub verification_sends_before: i64,
 }

@@ -1,8 +1,4 @@
-use super::oauth::impl_oauth_store;
-use super::pages::impl_pages_store;
-use super::payments::impl_payment_store;
 use super::pool::{connections_per_core, RevocationEpoch};
-use super::sql::impl_store;
 use super::*;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{PgPool, Postgres, Transaction};
@@ -35,7 +31,9 @@ impl PgStore {
             revocations: RevocationEpoch::default(),
         })
     }
+}
 
+impl queries::Connections for PgStore {
     async fn run_migrations(&self) -> Result<(), StoreError> {
         // sqlx takes an advisory lock, so instances starting together are safe.
         sqlx::migrate!("migrations/postgres")
@@ -49,17 +47,17 @@ impl PgStore {
         Ok(())
     }
 
+    /// PostgreSQL has its own tools for this (pg_dump, base backups).
+    async fn copy_into(&self, _path: &str) -> Result<Option<()>, StoreError> {
+        Ok(None)
+    }
+
     fn reader(&self) -> &PgPool {
         &self.pool
     }
 
     async fn write(&self) -> Result<Transaction<'static, Postgres>, StoreError> {
         Ok(self.pool.begin().await?)
-    }
-
-    /// PostgreSQL has its own tools for this (pg_dump, base backups).
-    async fn copy_into(&self, _path: &str) -> Result<Option<()>, StoreError> {
-        Ok(None)
     }
 
     /// Where a write that is one statement runs as its own transaction, without
@@ -73,6 +71,10 @@ impl PgStore {
             .pool
             .begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
             .await?)
+    }
+
+    fn revocations(&self) -> &RevocationEpoch {
+        &self.revocations
     }
 }
 
@@ -92,9 +94,12 @@ const LOCK_SETTLED_TARGETS: Option<(&str, &str)> = Some((
     ") ORDER BY u.id FOR NO KEY UPDATE OF u",
 ));
 
-type Backend = Postgres;
+type Db = Postgres;
+type ThisStore = PgStore;
+const NAME: &str = "postgres";
 
-impl_store!(PgStore, "postgres");
-impl_oauth_store!(PgStore);
-impl_payment_store!(PgStore);
-impl_pages_store!(PgStore);
+/// The store traits' implementation, compiled for PostgreSQL.
+// Both backends include the one implementation, each compiled for its own types.
+#[allow(clippy::duplicate_mod)]
+#[path = "queries/mod.rs"]
+mod queries;
