@@ -14,6 +14,8 @@ macro_rules! payment_columns {
     };
 }
 
+pub(crate) use payment_columns;
+
 pub const PAYMENT_COLUMNS: &str = payment_columns!();
 
 /// A new payment's movement, as statements both backends share the binds of:

@@ -94,6 +94,25 @@ const LOCK_SETTLED_TARGETS: Option<(&str, &str)> = Some((
     ") ORDER BY u.id FOR NO KEY UPDATE OF u",
 ));
 
+/// The audit's snapshot: room to sum 100,000s of accounts by hash, not on
+/// disk; and no JIT, whose compiling costs seconds here and saves none.
+const AUDIT_SETTINGS: &[&str] = &["SET LOCAL work_mem = '64MB'", "SET LOCAL jit = off"];
+/// While the audit looks for suspects (then reset): each payment's few entries
+/// through the payment index, in payment order; hashing and sorting millions
+/// of rows instead (the planner's choice) takes twice as long and spills to disk.
+const AUDIT_SUSPECTS_SETTINGS: (&[&str], &[&str]) = (
+    &[
+        "SET LOCAL enable_hashjoin = off",
+        "SET LOCAL enable_sort = off",
+        "SET LOCAL max_parallel_workers_per_gather = 0",
+    ],
+    &[
+        "RESET enable_hashjoin",
+        "RESET enable_sort",
+        "RESET max_parallel_workers_per_gather",
+    ],
+);
+
 type Db = Postgres;
 type ThisStore = PgStore;
 const NAME: &str = "postgres";

@@ -2,12 +2,27 @@
 //! `ON CONFLICT`) that more than one query uses; the queries themselves are in
 //! `queries/`.
 
-pub const USER_COLUMNS: &str = "id, username, first_name, last_name, about, \
-    profile_picture_url, email, email_verified, phone, phone_verified, password_hash, \
-    verified, suspended, balance_cents, date_joined";
+/// A user row's columns, in `User`'s order: a literal, so that statements can
+/// `concat!` it at compile time.
+macro_rules! user_columns {
+    () => {
+        "id, username, first_name, last_name, about, \
+         profile_picture_url, email, email_verified, phone, phone_verified, password_hash, \
+         verified, suspended, balance_cents, date_joined"
+    };
+}
+pub(crate) use user_columns;
 
-pub const APP_COLUMNS: &str = "client_id, secret_digest, name, description, redirect_url, \
-    site_url, owner_id, suspended, created_at";
+/// An app row's columns, in `App`'s order.
+macro_rules! app_columns {
+    () => {
+        "client_id, secret_digest, name, description, redirect_url, \
+         site_url, owner_id, suspended, created_at"
+    };
+}
+pub(crate) use app_columns;
+
+pub const USER_COLUMNS: &str = user_columns!();
 
 /// The ids of the payments (not refunds) the audit must look at: those whose
 /// refund breaks the refund rule (a returned pay has one, of its amount, to its

@@ -206,6 +206,10 @@ const CHARGE_SQL: &str = super::payments::SQLITE_CHARGE_SQL;
 /// The one writer already excludes every other settlement.
 const LOCK_SETTLED_TARGETS: Option<(&str, &str)> = None;
 
+/// SQLite's planner needs no settings for the audit.
+const AUDIT_SETTINGS: &[&str] = &[];
+const AUDIT_SUSPECTS_SETTINGS: (&[&str], &[&str]) = (&[], &[]);
+
 type Db = Sqlite;
 type ThisStore = SqliteStore;
 const NAME: &str = "sqlite";

@@ -11,21 +11,20 @@ impl AccountStore for ThisStore {
         &self,
         link: &crate::store::NewVerification,
     ) -> Result<(), StoreError> {
-        let mut tx = self.write().await?;
-        sqlx::query(
-            "INSERT INTO verification_tokens \
+        self.write_one(
+            sqlx::query(
+                "INSERT INTO verification_tokens \
              (digest, user_id, channel, address, created_at, expires_at) \
              VALUES ($1, $2, $3, $4, $5, $6)",
+            )
+            .bind(&link.digest)
+            .bind(&link.user_id)
+            .bind(link.channel.as_str())
+            .bind(&link.address)
+            .bind(link.created_at)
+            .bind(link.expires_at),
         )
-        .bind(&link.digest)
-        .bind(&link.user_id)
-        .bind(link.channel.as_str())
-        .bind(&link.address)
-        .bind(link.created_at)
-        .bind(link.expires_at)
-        .execute(&mut *tx)
         .await?;
-        tx.commit().await?;
         Ok(())
     }
 
@@ -44,18 +43,16 @@ impl AccountStore for ThisStore {
         let user = match spent {
             None => None,
             Some((user_id, channel, address)) => {
-                static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-                    format!(
-                        "UPDATE users SET verified = TRUE, \
-                           email_verified = (email_verified OR ($2 = 'email' AND email = $3)), \
-                           phone_verified = (phone_verified OR ($2 = 'phone' AND phone = $3)) \
-                         WHERE id = $1 AND (($2 = 'email' AND email = $3) \
-                                         OR ($2 = 'phone' AND phone = $3)) \
-                         RETURNING {}",
-                        crate::store::sql::USER_COLUMNS
-                    )
-                });
-                sqlx::query_as::<_, User>(&SQL)
+                const SQL: &str = concat!(
+                    "UPDATE users SET verified = TRUE, \
+                       email_verified = (email_verified OR ($2 = 'email' AND email = $3)), \
+                       phone_verified = (phone_verified OR ($2 = 'phone' AND phone = $3)) \
+                     WHERE id = $1 AND (($2 = 'email' AND email = $3) \
+                                     OR ($2 = 'phone' AND phone = $3)) \
+                     RETURNING ",
+                    crate::store::sql::user_columns!(),
+                );
+                sqlx::query_as::<_, User>(SQL)
                     .bind(&user_id)
                     .bind(&channel)
                     .bind(&address)

@@ -7,9 +7,10 @@
 //! What a backend supplies is named here and nowhere else: the items in the
 //! `use super::…` below (its sqlx database `Db`, its store `ThisStore`, its
 //! `NAME`, and its dialect: the two constants `SKIP_LOCKED` and `KEY_LOCK`, the
-//! new-payment statements `HOLD_SQL` and `CHARGE_SQL`, and
-//! `LOCK_SETTLED_TARGETS`), and its connection handling, the `Connections`
-//! trait. The files below take what they need from this module by name.
+//! new-payment statements `HOLD_SQL` and `CHARGE_SQL`, `LOCK_SETTLED_TARGETS`,
+//! and the audit's planner settings), and its connection handling, the
+//! `Connections` trait. The files below take what they need from this module by
+//! name.
 
 mod accounts;
 mod oauth;
@@ -17,11 +18,15 @@ mod payments;
 mod users;
 
 use super::{
-    Db, ThisStore, CHARGE_SQL, HOLD_SQL, KEY_LOCK, LOCK_SETTLED_TARGETS, NAME, SKIP_LOCKED,
+    Db, ThisStore, AUDIT_SETTINGS, AUDIT_SUSPECTS_SETTINGS, CHARGE_SQL, HOLD_SQL, KEY_LOCK,
+    LOCK_SETTLED_TARGETS, NAME, SKIP_LOCKED,
 };
 use crate::store::pool::RevocationEpoch;
 use crate::store::{Store, StoreError};
 use sqlx::{Pool, Transaction};
+
+/// The arguments of a statement on this backend.
+type Args<'q> = <Db as sqlx::Database>::Arguments<'q>;
 
 /// What a backend's connection handling gives the queries.
 pub(super) trait Connections {
@@ -43,6 +48,35 @@ pub(super) trait Connections {
     async fn snapshot(&self) -> Result<Transaction<'static, Db>, StoreError>;
     /// This store's count of committed revocations.
     fn revocations(&self) -> &RevocationEpoch;
+}
+
+impl ThisStore {
+    /// Runs one statement in a write transaction of its own; how many rows it
+    /// changed.
+    async fn write_one<'q>(
+        &self,
+        statement: sqlx::query::Query<'q, Db, Args<'q>>,
+    ) -> Result<u64, StoreError> {
+        let mut tx = self.write().await?;
+        let changed = statement.execute(&mut *tx).await?.rows_affected();
+        tx.commit().await?;
+        Ok(changed)
+    }
+
+    /// Runs one statement that returns at most one row (`RETURNING`) in a
+    /// write transaction of its own.
+    async fn write_returning<'q, T>(
+        &self,
+        statement: sqlx::query::QueryAs<'q, Db, T, Args<'q>>,
+    ) -> Result<Option<T>, StoreError>
+    where
+        T: for<'r> sqlx::FromRow<'r, <Db as sqlx::Database>::Row> + Send + Unpin,
+    {
+        let mut tx = self.write().await?;
+        let row = statement.fetch_optional(&mut *tx).await?;
+        tx.commit().await?;
+        Ok(row)
+    }
 }
 
 #[async_trait::async_trait]

@@ -12,39 +12,37 @@ use crate::store::{
 impl OAuthStore for ThisStore {
     #[tracing::instrument(skip_all, fields(name = %app.name))]
     async fn insert_app(&self, app: &NewApp) -> Result<App, StoreError> {
-        static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-            format!(
-                "INSERT INTO apps (client_id, secret_digest, name, description, \
-                 redirect_url, site_url, owner_id, created_at) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING {}",
-                crate::store::sql::APP_COLUMNS
+        const SQL: &str = concat!(
+            "INSERT INTO apps (client_id, secret_digest, name, description, \
+             redirect_url, site_url, owner_id, created_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING ",
+            crate::store::sql::app_columns!(),
+        );
+        let inserted = self
+            .write_returning(
+                sqlx::query_as::<_, App>(SQL)
+                    .bind(&app.client_id)
+                    .bind(&app.secret_digest)
+                    .bind(&app.name)
+                    .bind(&app.description)
+                    .bind(&app.redirect_url)
+                    .bind(&app.site_url)
+                    .bind(&app.owner_id)
+                    .bind(app.created_at),
             )
-        });
-        let mut tx = self.write().await?;
-        let inserted = sqlx::query_as::<_, App>(&SQL)
-            .bind(&app.client_id)
-            .bind(&app.secret_digest)
-            .bind(&app.name)
-            .bind(&app.description)
-            .bind(&app.redirect_url)
-            .bind(&app.site_url)
-            .bind(&app.owner_id)
-            .bind(app.created_at)
-            .fetch_one(&mut *tx)
-            .await?;
-        tx.commit().await?;
+            .await?
+            .ok_or(sqlx::Error::RowNotFound)?;
         Ok(inserted)
     }
 
     #[tracing::instrument(skip_all)]
     async fn find_app(&self, client_id: &str) -> Result<Option<App>, StoreError> {
-        static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-            format!(
-                "SELECT {} FROM apps WHERE client_id = $1",
-                crate::store::sql::APP_COLUMNS
-            )
-        });
-        Ok(sqlx::query_as::<_, App>(&SQL)
+        const SQL: &str = concat!(
+            "SELECT ",
+            crate::store::sql::app_columns!(),
+            " FROM apps WHERE client_id = $1",
+        );
+        Ok(sqlx::query_as::<_, App>(SQL)
             .bind(client_id)
             .fetch_optional(self.reader())
             .await?)
@@ -56,32 +54,29 @@ impl OAuthStore for ThisStore {
         client_id: &str,
         suspended: bool,
     ) -> Result<Option<App>, StoreError> {
-        static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-            format!(
-                "UPDATE apps SET suspended = $2 WHERE client_id = $1 RETURNING {}",
-                crate::store::sql::APP_COLUMNS
+        const SQL: &str = concat!(
+            "UPDATE apps SET suspended = $2 WHERE client_id = $1 RETURNING ",
+            crate::store::sql::app_columns!(),
+        );
+        let app = self
+            .write_returning(
+                sqlx::query_as::<_, App>(SQL)
+                    .bind(client_id)
+                    .bind(suspended),
             )
-        });
-        let mut tx = self.write().await?;
-        let app = sqlx::query_as::<_, App>(&SQL)
-            .bind(client_id)
-            .bind(suspended)
-            .fetch_optional(&mut *tx)
             .await?;
-        tx.commit().await?;
         self.revocations().bump();
         Ok(app)
     }
 
     #[tracing::instrument(skip_all)]
     async fn apps_of_owner(&self, owner_id: &str) -> Result<Vec<App>, StoreError> {
-        static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-            format!(
-                "SELECT {} FROM apps WHERE owner_id = $1 ORDER BY created_at, client_id",
-                crate::store::sql::APP_COLUMNS
-            )
-        });
-        Ok(sqlx::query_as::<_, App>(&SQL)
+        const SQL: &str = concat!(
+            "SELECT ",
+            crate::store::sql::app_columns!(),
+            " FROM apps WHERE owner_id = $1 ORDER BY created_at, client_id",
+        );
+        Ok(sqlx::query_as::<_, App>(SQL)
             .bind(owner_id)
             .fetch_all(self.reader())
             .await?)
@@ -94,24 +89,22 @@ impl OAuthStore for ThisStore {
         client_id: &str,
         update: &crate::store::AppUpdate,
     ) -> Result<Option<App>, StoreError> {
-        static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-            format!(
-                "UPDATE apps SET name = $3, description = $4, redirect_url = $5, \
-                 site_url = $6 WHERE client_id = $1 AND owner_id = $2 RETURNING {}",
-                crate::store::sql::APP_COLUMNS
+        const SQL: &str = concat!(
+            "UPDATE apps SET name = $3, description = $4, redirect_url = $5, \
+             site_url = $6 WHERE client_id = $1 AND owner_id = $2 RETURNING ",
+            crate::store::sql::app_columns!(),
+        );
+        let app = self
+            .write_returning(
+                sqlx::query_as::<_, App>(SQL)
+                    .bind(client_id)
+                    .bind(owner_id)
+                    .bind(&update.name)
+                    .bind(&update.description)
+                    .bind(&update.redirect_url)
+                    .bind(&update.site_url),
             )
-        });
-        let mut tx = self.write().await?;
-        let app = sqlx::query_as::<_, App>(&SQL)
-            .bind(client_id)
-            .bind(owner_id)
-            .bind(&update.name)
-            .bind(&update.description)
-            .bind(&update.redirect_url)
-            .bind(&update.site_url)
-            .fetch_optional(&mut *tx)
             .await?;
-        tx.commit().await?;
         Ok(app)
     }
 
@@ -122,18 +115,17 @@ impl OAuthStore for ThisStore {
         client_id: &str,
         digest: &str,
     ) -> Result<bool, StoreError> {
-        let mut tx = self.write().await?;
-        let done = sqlx::query(
-            "UPDATE apps SET secret_digest = $3 WHERE client_id = $1 AND owner_id = $2",
-        )
-        .bind(client_id)
-        .bind(owner_id)
-        .bind(digest)
-        .execute(&mut *tx)
-        .await?
-        .rows_affected()
+        let done = self
+            .write_one(
+                sqlx::query(
+                    "UPDATE apps SET secret_digest = $3 WHERE client_id = $1 AND owner_id = $2",
+                )
+                .bind(client_id)
+                .bind(owner_id)
+                .bind(digest),
+            )
+            .await?
             > 0;
-        tx.commit().await?;
         self.revocations().bump();
         Ok(done)
     }
@@ -146,18 +138,17 @@ impl OAuthStore for ThisStore {
         sealed: &str,
         now: i64,
     ) -> Result<(), StoreError> {
-        let mut tx = self.write().await?;
-        sqlx::query(
-            "INSERT INTO secret_reveals (id, user_id, sealed, created_at) \
+        self.write_one(
+            sqlx::query(
+                "INSERT INTO secret_reveals (id, user_id, sealed, created_at) \
              VALUES ($1, $2, $3, $4)",
+            )
+            .bind(id)
+            .bind(user_id)
+            .bind(sealed)
+            .bind(now),
         )
-        .bind(id)
-        .bind(user_id)
-        .bind(sealed)
-        .bind(now)
-        .execute(&mut *tx)
         .await?;
-        tx.commit().await?;
         Ok(())
     }
 
@@ -212,20 +203,19 @@ impl OAuthStore for ThisStore {
         response_type: &str,
         at: i64,
     ) -> Result<(), StoreError> {
-        let mut tx = self.write().await?;
-        sqlx::query(
-            "INSERT INTO oauth_consents \
+        self.write_one(
+            sqlx::query(
+                "INSERT INTO oauth_consents \
              (user_id, client_id, scopes, response_type, created_at) \
              VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",
+            )
+            .bind(user_id)
+            .bind(client_id)
+            .bind(scopes)
+            .bind(response_type)
+            .bind(at),
         )
-        .bind(user_id)
-        .bind(client_id)
-        .bind(scopes)
-        .bind(response_type)
-        .bind(at)
-        .execute(&mut *tx)
         .await?;
-        tx.commit().await?;
         Ok(())
     }
 
@@ -697,14 +687,7 @@ impl OAuthStore for ThisStore {
         .rows_affected()
             > 0;
         if found {
-            sqlx::query(
-                "UPDATE oauth_tokens SET revoked_at = $2 \
-                 WHERE grant_id = $1 AND revoked_at IS NULL",
-            )
-            .bind(grant_id)
-            .bind(now)
-            .execute(&mut *tx)
-            .await?;
+            revoke_tokens_of(&mut tx, grant_id, now).await?;
         }
         tx.commit().await?;
         self.revocations().bump();
@@ -718,17 +701,16 @@ impl OAuthStore for ThisStore {
         now: i64,
         stale_before: i64,
     ) -> Result<(), StoreError> {
-        let mut tx = self.write().await?;
-        sqlx::query(
-            "UPDATE oauth_grants SET last_used_at = $2 \
+        self.write_one(
+            sqlx::query(
+                "UPDATE oauth_grants SET last_used_at = $2 \
              WHERE id = $1 AND (last_used_at IS NULL OR last_used_at < $3)",
+            )
+            .bind(grant_id)
+            .bind(now)
+            .bind(stale_before),
         )
-        .bind(grant_id)
-        .bind(now)
-        .bind(stale_before)
-        .execute(&mut *tx)
         .await?;
-        tx.commit().await?;
         Ok(())
     }
 }
@@ -782,6 +764,15 @@ async fn revoke_grant(
         .bind(now)
         .execute(&mut **tx)
         .await?;
+    revoke_tokens_of(tx, grant_id, now).await
+}
+
+/// Revokes every live token issued under a grant.
+async fn revoke_tokens_of(
+    tx: &mut sqlx::Transaction<'static, Db>,
+    grant_id: &str,
+    now: i64,
+) -> Result<(), StoreError> {
     sqlx::query(
         "UPDATE oauth_tokens SET revoked_at = $2 WHERE grant_id = $1 AND revoked_at IS NULL",
     )

@@ -4,7 +4,8 @@
 //! changes state exactly once however many instances race for it.
 
 use super::{
-    Connections, Db, ThisStore, CHARGE_SQL, HOLD_SQL, LOCK_SETTLED_TARGETS, NAME, SKIP_LOCKED,
+    Connections, Db, ThisStore, AUDIT_SETTINGS, AUDIT_SUSPECTS_SETTINGS, CHARGE_SQL, HOLD_SQL,
+    LOCK_SETTLED_TARGETS, SKIP_LOCKED,
 };
 use crate::store::{AccountBalance, AuditSnapshot, LedgerSum, Movement, PaymentStore, StoreError};
 
@@ -63,14 +64,13 @@ impl ThisStore {
         tx: &mut sqlx::Transaction<'static, Db>,
         p: &crate::store::Payment,
     ) -> Result<(), StoreError> {
-        static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-            format!(
-                "INSERT INTO payments ({}) VALUES \
-                 ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)",
-                crate::store::payments::PAYMENT_COLUMNS
-            )
-        });
-        Self::bind_payment(sqlx::query(&SQL), p)
+        const SQL: &str = concat!(
+            "INSERT INTO payments (",
+            crate::store::payments::payment_columns!(),
+            ") VALUES \
+             ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)",
+        );
+        Self::bind_payment(sqlx::query(SQL), p)
             .execute(&mut **tx)
             .await?;
         Ok(())
@@ -147,13 +147,12 @@ impl ThisStore {
         tx: &mut sqlx::Transaction<'static, Db>,
         id: &str,
     ) -> Result<crate::store::Payment, StoreError> {
-        static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-            format!(
-                "SELECT {} FROM payments WHERE id = $1",
-                crate::store::payments::PAYMENT_COLUMNS
-            )
-        });
-        Ok(sqlx::query_as::<_, crate::store::Payment>(&SQL)
+        const SQL: &str = concat!(
+            "SELECT ",
+            crate::store::payments::payment_columns!(),
+            " FROM payments WHERE id = $1",
+        );
+        Ok(sqlx::query_as::<_, crate::store::Payment>(SQL)
             .bind(id)
             .fetch_one(&mut **tx)
             .await?)
@@ -490,13 +489,12 @@ impl PaymentStore for ThisStore {
         if ids.is_empty() {
             return Ok(Vec::new());
         }
-        static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-            format!(
-                "SELECT {} FROM payments WHERE id IN (",
-                crate::store::payments::PAYMENT_COLUMNS
-            )
-        });
-        let mut query = sqlx::QueryBuilder::<Db>::new(SQL.as_str());
+        const SQL: &str = concat!(
+            "SELECT ",
+            crate::store::payments::payment_columns!(),
+            " FROM payments WHERE id IN (",
+        );
+        let mut query = sqlx::QueryBuilder::<Db>::new(SQL);
         let mut list = query.separated(", ");
         for id in ids {
             list.push_bind(id.clone());
@@ -693,13 +691,7 @@ impl PaymentStore for ThisStore {
         // Every sum is taken in SQL; the covering indexes on ledger_entries
         // let each be read from an index alone.
         let mut tx = self.snapshot().await?;
-        if NAME == "postgres" {
-            // Room to sum 100,000s of accounts by hash, not on disk; and
-            // no JIT, whose compiling costs seconds here and saves none.
-            for setting in ["SET LOCAL work_mem = '64MB'", "SET LOCAL jit = off"] {
-                sqlx::query(setting).execute(&mut *tx).await?;
-            }
-        }
+        run_each(&mut tx, AUDIT_SETTINGS).await?;
         let balances = sqlx::query_as::<_, AccountBalance>(
             "SELECT id AS user_id, username, balance_cents FROM users ORDER BY id",
         )
@@ -727,30 +719,12 @@ impl PaymentStore for ThisStore {
         // and status say moved, and its refund against the refund rule, in
         // one pass in SQL: only the payments that disagree come back, to
         // be read again below and worded by the audit.
-        if NAME == "postgres" {
-            // Each payment's few entries through the payment index, in
-            // payment order: hashing and sorting millions of rows instead
-            // (the planner's choice) takes twice as long and spills to disk.
-            for setting in [
-                "SET LOCAL enable_hashjoin = off",
-                "SET LOCAL enable_sort = off",
-                "SET LOCAL max_parallel_workers_per_gather = 0",
-            ] {
-                sqlx::query(setting).execute(&mut *tx).await?;
-            }
-        }
+        let (set, reset) = AUDIT_SUSPECTS_SETTINGS;
+        run_each(&mut tx, set).await?;
         let mut suspects: Vec<String> = sqlx::query_scalar(crate::store::sql::AUDIT_SUSPECTS)
             .fetch_all(&mut *tx)
             .await?;
-        if NAME == "postgres" {
-            for setting in [
-                "RESET enable_hashjoin",
-                "RESET enable_sort",
-                "RESET max_parallel_workers_per_gather",
-            ] {
-                sqlx::query(setting).execute(&mut *tx).await?;
-            }
-        }
+        run_each(&mut tx, reset).await?;
         suspects.sort();
         for ids in suspects.chunks(chunk.max(1) as usize) {
             let mut payments_query = sqlx::QueryBuilder::<Db>::new(
@@ -802,4 +776,15 @@ impl PaymentStore for ThisStore {
             entries_without_payment,
         })
     }
+}
+
+/// Runs each statement in turn (session settings).
+async fn run_each(
+    tx: &mut sqlx::Transaction<'static, Db>,
+    statements: &[&str],
+) -> Result<(), StoreError> {
+    for statement in statements {
+        sqlx::query(statement).execute(&mut **tx).await?;
+    }
+    Ok(())
 }

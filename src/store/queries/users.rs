@@ -29,32 +29,31 @@ impl ThisStore {
 impl UserStore for ThisStore {
     #[tracing::instrument(skip_all, fields(username = %user.username))]
     async fn insert_user(&self, user: &NewUser) -> Result<User, StoreError> {
-        static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-            format!(
-                "INSERT INTO users (id, username, first_name, last_name, about, email, \
-                 email_verified, phone, phone_verified, password_hash, verified, date_joined) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) \
-                 RETURNING {}",
-                crate::store::sql::USER_COLUMNS
+        const SQL: &str = concat!(
+            "INSERT INTO users (id, username, first_name, last_name, about, email, \
+             email_verified, phone, phone_verified, password_hash, verified, date_joined) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) \
+             RETURNING ",
+            crate::store::sql::user_columns!(),
+        );
+        let inserted = self
+            .write_returning(
+                sqlx::query_as::<_, User>(SQL)
+                    .bind(&user.id)
+                    .bind(&user.username)
+                    .bind(&user.first_name)
+                    .bind(&user.last_name)
+                    .bind(&user.about)
+                    .bind(&user.email)
+                    .bind(user.verified && user.email.is_some())
+                    .bind(&user.phone)
+                    .bind(user.verified && user.phone.is_some())
+                    .bind(&user.password_hash)
+                    .bind(user.verified)
+                    .bind(user.date_joined),
             )
-        });
-        let mut tx = self.write().await?;
-        let inserted = sqlx::query_as::<_, User>(&SQL)
-            .bind(&user.id)
-            .bind(&user.username)
-            .bind(&user.first_name)
-            .bind(&user.last_name)
-            .bind(&user.about)
-            .bind(&user.email)
-            .bind(user.verified && user.email.is_some())
-            .bind(&user.phone)
-            .bind(user.verified && user.phone.is_some())
-            .bind(&user.password_hash)
-            .bind(user.verified)
-            .bind(user.date_joined)
-            .fetch_one(&mut *tx)
-            .await?;
-        tx.commit().await?;
+            .await?
+            .ok_or(sqlx::Error::RowNotFound)?;
         Ok(inserted)
     }
 
@@ -161,26 +160,24 @@ impl UserStore for ThisStore {
         user_id: &str,
         flags: UserFlags,
     ) -> Result<Option<User>, StoreError> {
-        static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-            format!(
-                "UPDATE users SET \
-                   verified = COALESCE($2, verified), \
-                   suspended = COALESCE($3, suspended), \
-                   email_verified = (email_verified OR ($4 AND email IS NOT NULL)), \
-                   phone_verified = (phone_verified OR ($4 AND phone IS NOT NULL)) \
-                 WHERE id = $1 RETURNING {}",
-                crate::store::sql::USER_COLUMNS
+        const SQL: &str = concat!(
+            "UPDATE users SET \
+               verified = COALESCE($2, verified), \
+               suspended = COALESCE($3, suspended), \
+               email_verified = (email_verified OR ($4 AND email IS NOT NULL)), \
+               phone_verified = (phone_verified OR ($4 AND phone IS NOT NULL)) \
+             WHERE id = $1 RETURNING ",
+            crate::store::sql::user_columns!(),
+        );
+        let user = self
+            .write_returning(
+                sqlx::query_as::<_, User>(SQL)
+                    .bind(user_id)
+                    .bind(flags.verified)
+                    .bind(flags.suspended)
+                    .bind(flags.verified == Some(true)),
             )
-        });
-        let mut tx = self.write().await?;
-        let user = sqlx::query_as::<_, User>(&SQL)
-            .bind(user_id)
-            .bind(flags.verified)
-            .bind(flags.suspended)
-            .bind(flags.verified == Some(true))
-            .fetch_optional(&mut *tx)
             .await?;
-        tx.commit().await?;
         self.revocations().bump();
         Ok(user)
     }
@@ -191,22 +188,20 @@ impl UserStore for ThisStore {
         user_id: &str,
         profile: &crate::store::ProfileUpdate,
     ) -> Result<Option<User>, StoreError> {
-        static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-            format!(
-                "UPDATE users SET first_name = $2, last_name = $3, about = $4 \
-                 WHERE id = $1 RETURNING {}",
-                crate::store::sql::USER_COLUMNS
+        const SQL: &str = concat!(
+            "UPDATE users SET first_name = $2, last_name = $3, about = $4 \
+             WHERE id = $1 RETURNING ",
+            crate::store::sql::user_columns!(),
+        );
+        let user = self
+            .write_returning(
+                sqlx::query_as::<_, User>(SQL)
+                    .bind(user_id)
+                    .bind(&profile.first_name)
+                    .bind(&profile.last_name)
+                    .bind(&profile.about),
             )
-        });
-        let mut tx = self.write().await?;
-        let user = sqlx::query_as::<_, User>(&SQL)
-            .bind(user_id)
-            .bind(&profile.first_name)
-            .bind(&profile.last_name)
-            .bind(&profile.about)
-            .fetch_optional(&mut *tx)
             .await?;
-        tx.commit().await?;
         Ok(user)
     }
 
@@ -218,40 +213,37 @@ impl UserStore for ThisStore {
         phone: Option<&str>,
     ) -> Result<Option<User>, StoreError> {
         // Every SET expression reads the row as it was before.
-        static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-            format!(
-                "UPDATE users SET \
-                   email_verified = (email_verified AND email IS NOT DISTINCT FROM $2), \
-                   phone_verified = (phone_verified AND phone IS NOT DISTINCT FROM $3), \
-                   email = $2, phone = $3 \
-                 WHERE id = $1 RETURNING {}",
-                crate::store::sql::USER_COLUMNS
+        const SQL: &str = concat!(
+            "UPDATE users SET \
+               email_verified = (email_verified AND email IS NOT DISTINCT FROM $2), \
+               phone_verified = (phone_verified AND phone IS NOT DISTINCT FROM $3), \
+               email = $2, phone = $3 \
+             WHERE id = $1 RETURNING ",
+            crate::store::sql::user_columns!(),
+        );
+        let user = self
+            .write_returning(
+                sqlx::query_as::<_, User>(SQL)
+                    .bind(user_id)
+                    .bind(email)
+                    .bind(phone),
             )
-        });
-        let mut tx = self.write().await?;
-        let user = sqlx::query_as::<_, User>(&SQL)
-            .bind(user_id)
-            .bind(email)
-            .bind(phone)
-            .fetch_optional(&mut *tx)
             .await?;
-        tx.commit().await?;
         Ok(user)
     }
 
     #[tracing::instrument(skip_all)]
     async fn add_friendship(&self, a: &str, b: &str, at: i64) -> Result<(), StoreError> {
-        let mut tx = self.write().await?;
-        sqlx::query(
-            "INSERT INTO friendships (user_id, friend_id, created_at) \
+        self.write_one(
+            sqlx::query(
+                "INSERT INTO friendships (user_id, friend_id, created_at) \
              VALUES ($1, $2, $3), ($2, $1, $3) ON CONFLICT DO NOTHING",
+            )
+            .bind(a)
+            .bind(b)
+            .bind(at),
         )
-        .bind(a)
-        .bind(b)
-        .bind(at)
-        .execute(&mut *tx)
         .await?;
-        tx.commit().await?;
         Ok(())
     }
 
