@@ -8,8 +8,8 @@ use crate::domain::{
     PaymentStatus, Phone,
 };
 use crate::store::{
-    accounts, DuePayment, IdempotencyKey, InsertOutcome, Move, Movement, Payment, PaymentInsert,
-    Settlement, Store, StoreError, Transition, TransitionOutcome, User, UserKey,
+    accounts, DuePayment, EntryKind, IdempotencyKey, InsertOutcome, Move, Movement, Payment,
+    PaymentInsert, Settlement, Store, StoreError, Transition, TransitionOutcome, User, UserKey,
 };
 use sha2::{Digest, Sha256};
 use std::time::Duration;
@@ -246,7 +246,7 @@ pub async fn create(
 fn hold(actor: &User, payment: &Payment) -> Movement {
     Movement {
         id: new_id(),
-        kind: "hold",
+        kind: EntryKind::Hold,
         from: actor.id.clone(),
         to: accounts::HELD.to_owned(),
         cents: payment.amount_cents,
@@ -419,9 +419,9 @@ pub async fn update(
             if actor.is_none_or(|a| a.suspended) {
                 // Like a pay to a suspended account: the charge fails and no
                 // money goes to an account that cannot use it.
-                base(&payment, PaymentStatus::Failed, "fail", now)
+                base(&payment, PaymentStatus::Failed, EntryKind::Fail, now)
             } else {
-                let mut t = base(&payment, PaymentStatus::Settled, "charge", now);
+                let mut t = base(&payment, PaymentStatus::Settled, EntryKind::Charge, now);
                 t.moves.push(Move {
                     from: user.id.clone(),
                     to: actor_id,
@@ -430,7 +430,7 @@ pub async fn update(
                 t
             }
         }
-        Update::Deny => base(&payment, PaymentStatus::Cancelled, "cancel", now),
+        Update::Deny => base(&payment, PaymentStatus::Cancelled, EntryKind::Cancel, now),
         Update::Cancel if !is_actor => {
             return Err(UpdateError::NotAllowed(
                 "only the actor of a payment may cancel it",
@@ -468,12 +468,7 @@ pub fn is_party(payment: &Payment, user_id: &str) -> bool {
         || payment.target_user_id.as_deref() == Some(user_id)
 }
 
-fn base(
-    payment: &Payment,
-    status: PaymentStatus,
-    entry_kind: &'static str,
-    now: i64,
-) -> Transition {
+fn base(payment: &Payment, status: PaymentStatus, entry_kind: EntryKind, now: i64) -> Transition {
     Transition {
         payment_id: payment.id.clone(),
         status,
@@ -493,7 +488,7 @@ fn base(
 /// Ends a payment without it completing: a held pay goes back to its actor as a
 /// refund; a charge moves nothing.
 fn returning(payment: &Payment, status: PaymentStatus, now: i64) -> Transition {
-    let mut t = base(payment, status, "refund", now);
+    let mut t = base(payment, status, EntryKind::Refund, now);
     if payment.action == PaymentAction::Pay {
         if let Some(actor) = &payment.actor_id {
             t.moves.push(Move {
@@ -619,7 +614,7 @@ async fn process_round(
 
 /// A pay to an account settling on its own (what a batch does for each).
 fn settlement(payment: &Payment, now: i64) -> Transition {
-    let mut t = base(payment, PaymentStatus::Settled, "settle", now);
+    let mut t = base(payment, PaymentStatus::Settled, EntryKind::Settle, now);
     if let Some(target) = &payment.target_user_id {
         t.moves.push(Move {
             from: accounts::HELD.to_owned(),

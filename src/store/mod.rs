@@ -15,8 +15,9 @@ mod verification;
 
 pub use error::StoreError;
 pub use models::{
-    accounts, AccountBalance, App, AppUpdate, AuditChunk, AuditPayment, AuditSnapshot, LedgerSum,
-    Movement, NewApp, NewUser, PaymentEntrySum, ProfileUpdate, Retention, User, UserFlags,
+    accounts, AccountBalance, App, AppUpdate, AuditChunk, AuditPayment, AuditSnapshot, EntryKind,
+    LedgerSum, Movement, NewApp, NewUser, PaymentEntrySum, ProfileUpdate, Retention, User,
+    UserFlags,
 };
 pub use oauth::{
     CodeCheck, CodeRecord, CodeUse, ConsentRow, Grant, IntrospectingClient, NewCode, NewGrant,

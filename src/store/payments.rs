@@ -3,7 +3,7 @@
 //! 'pending'`) in the same transaction as the money it moves, so a payment
 //! changes state exactly once however many instances race for it.
 
-use super::Movement;
+use super::{EntryKind, Movement};
 use crate::domain::{Audience, Medium, PaymentAction, PaymentKind, PaymentStatus};
 
 macro_rules! payment_columns {
@@ -179,8 +179,8 @@ pub struct Transition {
     pub status: PaymentStatus,
     pub at: i64,
     pub movement_id: String,
-    /// The ledger entries' kind (`settle`, `refund`, `charge`).
-    pub entry_kind: &'static str,
+    /// What the movement is, written on its ledger entries.
+    pub entry_kind: EntryKind,
     pub moves: Vec<Move>,
     /// A refund payment to insert and link from the payment.
     pub refund: Option<Payment>,

@@ -4,7 +4,7 @@ use crate::helpers::{on_both_backends, Backend, TestDb};
 use std::sync::Arc;
 use tally::domain::{now_micros, Amount, PaymentStatus};
 use tally::ledger;
-use tally::store::{NewApp, NewUser, Store, StoreError, UserFlags, UserKey};
+use tally::store::{EntryKind, NewApp, NewUser, Store, StoreError, UserFlags, UserKey};
 
 on_both_backends!(
     users_are_found_by_id_username_email_and_phone,
@@ -525,7 +525,12 @@ async fn an_expiry_decided_before_a_claim_does_not_overtake_it(backend: Backend)
     assert_eq!(claimed, 1);
     let expiry = tally::store::Transition {
         unclaimed_only: true,
-        ..release_held(&made.payment.id, PaymentStatus::Expired, "refund", &ann.id)
+        ..release_held(
+            &made.payment.id,
+            PaymentStatus::Expired,
+            EntryKind::Refund,
+            &ann.id,
+        )
     };
     let outcome = store.apply_transition(&expiry).await.unwrap();
     assert!(
@@ -574,7 +579,12 @@ async fn a_settlement_decided_before_a_suspension_does_not_credit_the_account(ba
     let settle = tally::store::Transition {
         only_if_active: Some(bob.id.clone()),
         idempotency: None,
-        ..release_held(&made.payment.id, PaymentStatus::Settled, "settle", &bob.id)
+        ..release_held(
+            &made.payment.id,
+            PaymentStatus::Settled,
+            EntryKind::Settle,
+            &bob.id,
+        )
     };
     let outcome = store.apply_transition(&settle).await.unwrap();
     assert!(
@@ -912,7 +922,7 @@ async fn pay_four(
 fn release_held(
     payment_id: &str,
     status: PaymentStatus,
-    entry_kind: &'static str,
+    entry_kind: tally::store::EntryKind,
     to: &str,
 ) -> tally::store::Transition {
     tally::store::Transition {

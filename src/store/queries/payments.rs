@@ -130,7 +130,7 @@ impl ThisStore {
                     "a hold must move the payment's amount from its actor"
                 )));
             }
-            query = query.bind(&hold.id).bind(&hold.to).bind(hold.kind);
+            query = query.bind(&hold.id).bind(&hold.to).bind(hold.kind.as_str());
         }
         // Every row, so that each of SQLite's statements runs.
         let balance = match query.fetch_all(executor).await?.pop() {
@@ -172,7 +172,7 @@ impl ThisStore {
     async fn ledger_move(
         tx: &mut sqlx::Transaction<'static, Db>,
         movement_id: &str,
-        kind: &str,
+        kind: crate::store::EntryKind,
         payment_id: &str,
         at: i64,
         m: &crate::store::Move,
@@ -183,7 +183,7 @@ impl ThisStore {
              VALUES ($1, $2, $3, $4, $5, $6), ($1, $2, $7, $8, $5, $6)",
         )
         .bind(movement_id)
-        .bind(kind)
+        .bind(kind.as_str())
         .bind(&m.from)
         .bind(-m.cents)
         .bind(payment_id)
@@ -470,7 +470,7 @@ impl PaymentStore for ThisStore {
         }
         entries.push_values(rows, |mut row, (movement, account, cents, id)| {
             row.push_bind(movement.to_owned())
-                .push_bind("settle")
+                .push_bind(crate::store::EntryKind::Settle.as_str())
                 .push_bind(account.to_owned())
                 .push_bind(cents)
                 .push_bind(id.clone())
@@ -670,7 +670,7 @@ impl PaymentStore for ThisStore {
              VALUES ($1, $2, $3, $4, NULL, $5), ($1, $2, $6, $7, NULL, $5)",
         )
         .bind(&movement.id)
-        .bind(movement.kind)
+        .bind(movement.kind.as_str())
         .bind(&movement.from)
         .bind(-movement.cents)
         .bind(movement.at)
