@@ -177,7 +177,7 @@ impl Related {
             date_completed: p.date_completed.map(format_datetime),
             actor: self.user(p.actor_id.as_ref()),
             target: TargetView {
-                kind: p.target_type.clone(),
+                kind: p.target_type.as_str().to_owned(),
                 email,
                 phone,
                 user: target_user,

@@ -19,7 +19,7 @@ pub use contact::{Email, EmailError, Phone, PhoneError};
 pub use ids::new_id;
 pub use payment::{
     Audience, AudienceError, Medium, Note, NoteError, PaymentAction, PaymentKind, PaymentStatus,
-    UnknownWord,
+    TargetType, UnknownWord,
 };
 pub use redirect_url::{RedirectUrl, RedirectUrlError};
 pub use scope::{Scope, ScopeError, ScopeSet};

@@ -1,4 +1,5 @@
-//! The words of a payment: its note, audience, action, status, kind and medium.
+//! The words of a payment: its note, audience, action, status, kind, medium and
+//! target type.
 //! Each word is stored as its `as_str` text, and read back with `TryFrom<String>`,
 //! which refuses any other text.
 
@@ -171,6 +172,27 @@ impl PaymentKind {
     }
 }
 
+/// How a payment's target was addressed: an account, or an address that may
+/// become one's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TargetType {
+    User,
+    Email,
+    Phone,
+}
+
+impl TargetType {
+    pub const ALL: [Self; 3] = [Self::User, Self::Email, Self::Phone];
+
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::User => "user",
+            Self::Email => "email",
+            Self::Phone => "phone",
+        }
+    }
+}
+
 /// A stored word that is none of its type's (a row written by something else).
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 #[error("'{word}' is not a payment {what}")]
@@ -201,6 +223,7 @@ stored_word!(
     PaymentStatus: "status",
     PaymentKind: "kind",
     Medium: "medium",
+    TargetType: "target type",
 );
 
 #[cfg(test)]

@@ -5,7 +5,7 @@
 use crate::config::Settings;
 use crate::domain::{
     micros, new_id, Amount, Audience, Email, Medium, Money, Note, PaymentAction, PaymentKind,
-    PaymentStatus, Phone,
+    PaymentStatus, Phone, TargetType,
 };
 use crate::store::{
     accounts, DuePayment, EntryKind, IdempotencyKey, InsertOutcome, Move, Movement, Payment,
@@ -130,7 +130,7 @@ pub async fn create(
                 .find_user(UserKey::Id(id))
                 .await?
                 .ok_or_else(|| CreateError::InvalidTarget(format!("no user has the id {id}")))?;
-            ("user", Some(user), None, None)
+            (TargetType::User, Some(user), None, None)
         }
         TargetAddress::Email(email) => {
             // An address belongs to an account once the account has verified
@@ -144,7 +144,7 @@ pub async fn create(
                 return Err(CreateError::InvalidTarget("you cannot pay yourself".into()));
             }
             let address = owner.is_none().then(|| email.as_str().to_owned());
-            ("email", owner, address, None)
+            (TargetType::Email, owner, address, None)
         }
         TargetAddress::Phone(phone) => {
             let owner = store
@@ -156,7 +156,7 @@ pub async fn create(
                 return Err(CreateError::InvalidTarget("you cannot pay yourself".into()));
             }
             let address = owner.is_none().then(|| phone.as_str().to_owned());
-            ("phone", owner, None, address)
+            (TargetType::Phone, owner, None, address)
         }
     };
     if target_user.as_ref().is_some_and(|u| u.id == actor.id) {
@@ -175,7 +175,7 @@ pub async fn create(
         id: new_id(),
         kind: PaymentKind::Payment,
         actor_id: Some(actor.id.clone()),
-        target_type: target_type.to_owned(),
+        target_type,
         target_user_id: target_user.map(|u| u.id),
         target_email: email,
         target_phone: phone,
@@ -511,7 +511,7 @@ fn refund_of(payment: &Payment, now: i64) -> Payment {
         id: new_id(),
         kind: PaymentKind::Refund,
         actor_id: None,
-        target_type: "user".to_owned(),
+        target_type: TargetType::User,
         target_user_id: payment.actor_id.clone(),
         target_email: None,
         target_phone: None,

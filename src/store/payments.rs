@@ -4,7 +4,7 @@
 //! changes state exactly once however many instances race for it.
 
 use super::{EntryKind, Movement};
-use crate::domain::{Audience, Medium, PaymentAction, PaymentKind, PaymentStatus};
+use crate::domain::{Audience, Medium, PaymentAction, PaymentKind, PaymentStatus, TargetType};
 
 macro_rules! payment_columns {
     () => {
@@ -93,8 +93,8 @@ pub struct Payment {
     #[sqlx(try_from = "String")]
     pub kind: PaymentKind,
     pub actor_id: Option<String>,
-    /// `user`, `email` or `phone`.
-    pub target_type: String,
+    #[sqlx(try_from = "String")]
+    pub target_type: TargetType,
     pub target_user_id: Option<String>,
     pub target_email: Option<String>,
     pub target_phone: Option<String>,

@@ -7,7 +7,7 @@ use crate::users_api::assert_user_object;
 use serde_json::{json, Value};
 use std::collections::HashSet;
 use std::time::Duration;
-use tally::domain::{Audience, Medium, PaymentAction, PaymentKind, PaymentStatus};
+use tally::domain::{Audience, Medium, PaymentAction, PaymentKind, PaymentStatus, TargetType};
 use tally::store::{Payment, PaymentInsert};
 
 on_both_backends!(
@@ -1039,7 +1039,7 @@ async fn paging_through_120_payments_with_one_timestamp_returns_each_once(backen
             } else {
                 bob.id.clone()
             }),
-            target_type: "user".to_owned(),
+            target_type: TargetType::User,
             target_user_id: Some(if i % 2 == 0 {
                 bob.id.clone()
             } else {

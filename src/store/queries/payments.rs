@@ -85,7 +85,7 @@ impl ThisStore {
             .bind(&p.id)
             .bind(p.kind.as_str())
             .bind(&p.actor_id)
-            .bind(&p.target_type)
+            .bind(p.target_type.as_str())
             .bind(&p.target_user_id)
             .bind(&p.target_email)
             .bind(&p.target_phone)
