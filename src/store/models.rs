@@ -1,4 +1,4 @@
-use crate::domain::{PaymentAction, PaymentStatus};
+use crate::domain::{Audience, Medium, PaymentAction, PaymentKind, PaymentStatus, TargetType};
 use std::fmt;
 
 /// An account as stored.
@@ -182,9 +182,7 @@ pub struct AuditChunk {
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct AuditPayment {
     pub id: String,
-    #[sqlx(try_from = "String")]
     pub action: PaymentAction,
-    #[sqlx(try_from = "String")]
     pub status: PaymentStatus,
     pub actor_id: Option<String>,
     pub target_user_id: Option<String>,
@@ -221,3 +219,41 @@ pub struct Retention {
     /// Verification sends made before this.
     pub verification_sends_before: i64,
 }
+
+/// A payment's words as database values: stored as their text (bound with
+/// `as_str`), and decoded with their `TryFrom<String>`, so a row with any other
+/// text fails to load, saying which word it holds.
+macro_rules! decoded_from_text {
+    ($($word:ty),* $(,)?) => {$(
+        impl<DB: sqlx::Database> sqlx::Type<DB> for $word
+        where
+            String: sqlx::Type<DB>,
+        {
+            fn type_info() -> DB::TypeInfo {
+                <String as sqlx::Type<DB>>::type_info()
+            }
+
+            fn compatible(ty: &DB::TypeInfo) -> bool {
+                <String as sqlx::Type<DB>>::compatible(ty)
+            }
+        }
+
+        impl<'r, DB: sqlx::Database> sqlx::Decode<'r, DB> for $word
+        where
+            String: sqlx::Decode<'r, DB>,
+        {
+            fn decode(value: DB::ValueRef<'r>) -> Result<Self, sqlx::error::BoxDynError> {
+                Ok(Self::try_from(<String as sqlx::Decode<'r, DB>>::decode(value)?)?)
+            }
+        }
+    )*};
+}
+
+decoded_from_text!(
+    Audience,
+    Medium,
+    PaymentAction,
+    PaymentKind,
+    PaymentStatus,
+    TargetType
+);

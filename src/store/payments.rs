@@ -85,28 +85,23 @@ pub(crate) const SQLITE_CHARGE_SQL: &str = concat!(
 );
 
 /// A payment, charge or refund as stored. `amount_cents` is positive; `action`
-/// tells the direction. Its words are read back as their types, so a row with
-/// any other word fails to load instead of reaching the rules.
+/// tells the direction. Its words are read back as their types (see
+/// `models.rs`), so a row with any other word fails to load instead of reaching
+/// the rules.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct Payment {
     pub id: String,
-    #[sqlx(try_from = "String")]
     pub kind: PaymentKind,
     pub actor_id: Option<String>,
-    #[sqlx(try_from = "String")]
     pub target_type: TargetType,
     pub target_user_id: Option<String>,
     pub target_email: Option<String>,
     pub target_phone: Option<String>,
-    #[sqlx(try_from = "String")]
     pub action: PaymentAction,
     pub amount_cents: i64,
     pub note: String,
-    #[sqlx(try_from = "String")]
     pub audience: Audience,
-    #[sqlx(try_from = "String")]
     pub status: PaymentStatus,
-    #[sqlx(try_from = "String")]
     pub medium: Medium,
     pub date_created: i64,
     pub date_completed: Option<i64>,

@@ -23,6 +23,7 @@ on_both_backends!(
     a_settlement_decided_before_a_suspension_does_not_credit_the_account,
     a_settlement_batch_settles_each_due_pay_once_and_passes_by_the_rest,
     a_refresh_token_rotates_once_for_its_own_client_while_live,
+    a_payment_row_with_an_unknown_word_does_not_load,
 );
 
 fn new_user(username: &str, email: Option<&str>, phone: Option<&str>) -> NewUser {
@@ -371,6 +372,44 @@ async fn the_audit_finds_a_balance_changed_behind_the_ledgers_back(backend: Back
     let report = ledger::audit::run(store.as_ref()).await.unwrap();
     assert!(!report.ok);
     assert_eq!(report.discrepancies.len(), 1, "{:?}", report.discrepancies);
+}
+
+/// A payment's words are decoded where the row is read: a row another program
+/// wrote with a word Tally does not know fails to load, rather than reaching the
+/// ledger as a string no rule matches.
+async fn a_payment_row_with_an_unknown_word_does_not_load(backend: Backend) {
+    let Some((db, store)) = store_for(backend).await else {
+        return;
+    };
+    let ann = store
+        .insert_user(&new_user("ann", None, None))
+        .await
+        .unwrap();
+    let bob = store
+        .insert_user(&new_user("bob", None, None))
+        .await
+        .unwrap();
+    ledger::deposit(store.as_ref(), &ann.id, Amount::parse("10").unwrap())
+        .await
+        .unwrap();
+    let made = pay_four(
+        store.as_ref(),
+        &ann,
+        ledger::payments::TargetAddress::UserId(bob.id.clone()),
+    )
+    .await;
+    let found = store
+        .find_payments(std::slice::from_ref(&made.payment.id))
+        .await
+        .unwrap();
+    assert_eq!(found[0].status, PaymentStatus::Pending);
+    tamper(&db, "UPDATE payments SET status = 'lost'").await;
+    let error = store.find_payments(&[made.payment.id]).await.unwrap_err();
+    assert!(matches!(error, StoreError::Unexpected(_)), "{error:?}");
+    assert!(
+        format!("{error:?}").contains("'lost' is not a payment status"),
+        "{error:?}"
+    );
 }
 
 async fn the_audit_finds_held_money_that_no_pending_pay_explains(backend: Backend) {
