@@ -133,29 +133,17 @@ pub async fn create(
             (TargetType::User, Some(user), None, None)
         }
         TargetAddress::Email(email) => {
-            // An address belongs to an account once the account has verified
-            // it; one's own address, verified or not, is no one else's to pay.
-            let owner = store
-                .find_user(UserKey::Email(email.as_str()))
-                .await?
-                .filter(|u| u.email_verified);
-            let own = actor.email.as_deref() == Some(email.as_str());
-            if own && owner.as_ref().is_none_or(|u| u.id == actor.id) {
-                return Err(CreateError::InvalidTarget("you cannot pay yourself".into()));
-            }
-            let address = owner.is_none().then(|| email.as_str().to_owned());
+            let email = email.as_str();
+            let owner =
+                address_owner(store, actor, UserKey::Email(email), actor.email.as_deref()).await?;
+            let address = owner.is_none().then(|| email.to_owned());
             (TargetType::Email, owner, address, None)
         }
         TargetAddress::Phone(phone) => {
-            let owner = store
-                .find_user(UserKey::Phone(phone.as_str()))
-                .await?
-                .filter(|u| u.phone_verified);
-            let own = actor.phone.as_deref() == Some(phone.as_str());
-            if own && owner.as_ref().is_none_or(|u| u.id == actor.id) {
-                return Err(CreateError::InvalidTarget("you cannot pay yourself".into()));
-            }
-            let address = owner.is_none().then(|| phone.as_str().to_owned());
+            let phone = phone.as_str();
+            let owner =
+                address_owner(store, actor, UserKey::Phone(phone), actor.phone.as_deref()).await?;
+            let address = owner.is_none().then(|| phone.to_owned());
             (TargetType::Phone, owner, None, address)
         }
     };
@@ -254,18 +242,45 @@ fn hold(actor: &User, payment: &Payment) -> Movement {
     }
 }
 
+/// The account a new payment to an address (`UserKey::Email` or `Phone`) goes
+/// to, if any. An address belongs to an account once the account has verified
+/// it; one's own address (`own`), verified or not, is no one else's to pay.
+async fn address_owner(
+    store: &dyn Store,
+    actor: &User,
+    address: UserKey<'_>,
+    own: Option<&str>,
+) -> Result<Option<User>, CreateError> {
+    let owner = verified_holder(store, address).await?;
+    let is_own = match address {
+        UserKey::Email(value) | UserKey::Phone(value) => own == Some(value),
+        UserKey::Id(_) | UserKey::Username(_) => false,
+    };
+    if is_own && owner.as_ref().is_none_or(|u| u.id == actor.id) {
+        return Err(CreateError::InvalidTarget("you cannot pay yourself".into()));
+    }
+    Ok(owner)
+}
+
+/// The account that holds an e-mail or phone and has verified it.
+async fn verified_holder(
+    store: &dyn Store,
+    address: UserKey<'_>,
+) -> Result<Option<User>, StoreError> {
+    let holder = store.find_user(address).await?;
+    Ok(holder.filter(|u| match address {
+        UserKey::Email(_) => u.email_verified,
+        UserKey::Phone(_) => u.phone_verified,
+        UserKey::Id(_) | UserKey::Username(_) => true,
+    }))
+}
+
 /// The account that has verified the address a pending payment waits on, other
 /// than its actor (who never claims their own payment).
 async fn verified_owner(store: &dyn Store, payment: &Payment) -> Result<Option<User>, StoreError> {
     let owner = match (&payment.target_email, &payment.target_phone) {
-        (Some(email), _) => store
-            .find_user(UserKey::Email(email))
-            .await?
-            .filter(|u| u.email_verified),
-        (None, Some(phone)) => store
-            .find_user(UserKey::Phone(phone))
-            .await?
-            .filter(|u| u.phone_verified),
+        (Some(email), _) => verified_holder(store, UserKey::Email(email)).await?,
+        (None, Some(phone)) => verified_holder(store, UserKey::Phone(phone)).await?,
         (None, None) => None,
     };
     Ok(owner.filter(|u| payment.actor_id.as_deref() != Some(u.id.as_str())))
