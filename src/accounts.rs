@@ -1,8 +1,14 @@
-//! Creating accounts: the rules every way in (operator command, sign-up) shares.
+//! Account use cases: creating accounts (the rules every way in, operator
+//! command and sign-up, shares) and changing an account's addresses.
 
 use crate::auth::password::PasswordHasher;
+use crate::auth::throttle::{confirm_password, Attempt, Confirmation};
 use crate::domain::{new_id, now_micros, Email, Password, Phone, Username};
+use crate::mailer::Mailer;
 use crate::store::{NewUser, Store, StoreError, User, UserKey};
+use crate::verification::{self, Links};
+use std::net::IpAddr;
+use std::time::Duration;
 
 /// A new account, parsed.
 #[derive(Debug)]
@@ -116,6 +122,11 @@ pub async fn verified_elsewhere(
 
 #[derive(Debug, thiserror::Error)]
 pub enum ChangeContactsError {
+    /// Too many wrong passwords lately: nothing was checked.
+    #[error("too many attempts")]
+    Wait(Duration),
+    #[error("that is not the account's password")]
+    WrongPassword,
     /// Another account has verified this address (`"email"` or `"phone"`).
     #[error("another account uses this {0}")]
     Taken(&'static str),
@@ -125,27 +136,79 @@ pub enum ChangeContactsError {
     Store(#[from] StoreError),
 }
 
-/// Gives `user` these e-mail and phone addresses. An address that changes is
-/// unverified until its link is followed; one another account has verified
-/// is refused (the unique index on verified addresses settles a race).
+/// A request to change an account's e-mail address and phone number.
+pub struct ContactChange<'a> {
+    pub user: &'a User,
+    /// Where the request comes from, for the password throttle.
+    pub from: IpAddr,
+    pub password: &'a str,
+    /// The new addresses, or `None` when the form's were refused: the password
+    /// is still checked (and counted), so the person learns every mistake at once.
+    pub wanted: Option<(Email, Option<Phone>)>,
+}
+
+/// What a contact change did.
+#[derive(Debug)]
+pub enum ContactsChanged {
+    /// The password was right; there were no addresses to save.
+    PasswordOnly,
+    Unchanged,
+    /// Saved; new addresses were sent verification links.
+    Saved(Links),
+}
+
+/// Changes an account's addresses, asking for its password first (a borrowed
+/// session must not be able to move the account to another address), checked
+/// like a sign-in: it is one. An address that changes is unverified until its
+/// link is followed, and gets the link; one another account has verified is
+/// refused (the unique index on verified addresses settles a race). Payments
+/// waiting for a new address are claimed once it is verified.
 pub async fn change_contacts(
     store: &dyn Store,
-    user: &User,
-    email: &Email,
-    phone: Option<&Phone>,
-) -> Result<User, ChangeContactsError> {
-    if let Some(field) = verified_elsewhere(store, Some(email), phone, Some(&user.id)).await? {
+    hasher: &PasswordHasher,
+    mailer: &Mailer,
+    public_origin: &str,
+    change: ContactChange<'_>,
+) -> Result<ContactsChanged, ChangeContactsError> {
+    let user = change.user;
+    let attempt = Attempt::new(&user.id, change.from);
+    match confirm_password(
+        store,
+        hasher,
+        &attempt,
+        Some(&user.password_hash),
+        change.password,
+    )
+    .await?
+    {
+        Confirmation::Confirmed => {}
+        Confirmation::Refused => return Err(ChangeContactsError::WrongPassword),
+        Confirmation::Wait(wait) => return Err(ChangeContactsError::Wait(wait)),
+    }
+    let Some((email, phone)) = change.wanted else {
+        return Ok(ContactsChanged::PasswordOnly);
+    };
+    if user.email.as_deref() == Some(email.as_str())
+        && user.phone.as_deref() == phone.as_ref().map(Phone::as_str)
+    {
+        return Ok(ContactsChanged::Unchanged);
+    }
+    if let Some(field) =
+        verified_elsewhere(store, Some(&email), phone.as_ref(), Some(&user.id)).await?
+    {
         return Err(ChangeContactsError::Taken(field));
     }
-    match store
-        .update_contacts(&user.id, email.as_str(), phone.map(Phone::as_str))
+    let updated = match store
+        .update_contacts(&user.id, email.as_str(), phone.as_ref().map(Phone::as_str))
         .await
     {
-        Ok(Some(updated)) => Ok(updated),
-        Ok(None) => Err(ChangeContactsError::Gone),
-        Err(StoreError::Conflict(field)) => Err(ChangeContactsError::Taken(field)),
-        Err(other) => Err(other.into()),
-    }
+        Ok(Some(updated)) => updated,
+        Ok(None) => return Err(ChangeContactsError::Gone),
+        Err(StoreError::Conflict(field)) => return Err(ChangeContactsError::Taken(field)),
+        Err(other) => return Err(other.into()),
+    };
+    let links = verification::send_links(store, mailer, public_origin, &updated).await;
+    Ok(ContactsChanged::Saved(links))
 }
 
 /// Why a password chosen at sign-up is refused, in words to show.
@@ -171,25 +234,6 @@ pub fn check_password_strength(password: &str, own_words: &[&str]) -> Result<(),
         advice.push("Add more words or characters that do not belong together.".to_owned());
     }
     Err(WeakPassword(advice.join(" ")))
-}
-
-/// Called whenever an e-mail address or phone number of `user` has just become
-/// verified: payments waiting for that address are claimed by the account
-/// (SPEC §5). The one place that links verification to the ledger.
-#[tracing::instrument(skip_all, fields(user_id = %user.id))]
-pub async fn on_contact_verified(
-    store: &dyn Store,
-    user: &User,
-    _settings: &crate::config::Settings,
-) -> Result<(), StoreError> {
-    let claimed = crate::ledger::claim(store, user, crate::domain::now_micros()).await?;
-    tracing::info!(
-        email_verified = user.email_verified,
-        phone_verified = user.phone_verified,
-        claimed,
-        "contact verified"
-    );
-    Ok(())
 }
 
 #[cfg(test)]

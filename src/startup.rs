@@ -64,6 +64,16 @@ pub struct Application {
 impl Application {
     /// Binds the listener and prepares the server; `run_until_stopped` runs it.
     pub async fn build(settings: Settings, store: Arc<dyn Store>) -> anyhow::Result<Self> {
+        Self::build_with_extra_pages(settings, store, |_| {}).await
+    }
+
+    /// As `build`, with `extra` page routes registered inside the pages' scope
+    /// (tests use it to show that any page route is guarded).
+    pub async fn build_with_extra_pages(
+        settings: Settings,
+        store: Arc<dyn Store>,
+        extra: pages::ExtraPages,
+    ) -> anyhow::Result<Self> {
         let listener = TcpListener::bind(settings.listen)
             .with_context(|| format!("cannot listen on {}", settings.listen))?;
         let bound = listener.local_addr()?;
@@ -119,7 +129,7 @@ impl Application {
                 .app_data(state.clone())
                 .app_data(web::PayloadConfig::new(MAX_BODY_BYTES))
                 .app_data(pages::form_config())
-                .configure(routes)
+                .configure(|cfg| routes(cfg, extra))
                 .default_service(web::to(pages::not_found))
         });
         let server = match tls {
@@ -154,15 +164,15 @@ impl Application {
 
 /// Every route of the service. Everything under `/v1` lives in one scope (actix
 /// gives a request to the first scope whose prefix matches); each area adds its
-/// routes in its own `configure`.
-fn routes(cfg: &mut web::ServiceConfig) {
+/// routes in its own `configure`. The pages' scope, whose prefix is empty, comes
+/// last.
+fn routes(cfg: &mut web::ServiceConfig, extra_pages: pages::ExtraPages) {
     cfg.route("/healthz", web::get().to(api::health::healthz))
         .route("/readyz", web::get().to(api::health::readyz))
         .route(
             "/.well-known/oauth-authorization-server",
             web::get().to(api::oauth::metadata),
         )
-        .configure(pages::configure)
         .service(
             web::scope("/v1")
                 .wrap(from_fn(api::no_store))
@@ -175,19 +185,23 @@ fn routes(cfg: &mut web::ServiceConfig) {
                 )
                 .configure(api::configure)
                 .default_service(web::to(api::not_found)),
-        );
+        )
+        .configure(|cfg| pages::configure(cfg, extra_pages));
 }
 
 /// Every GET route also answers HEAD (RFC 9110 §9.1, SPEC §2): the request is
 /// routed as a GET, so status and headers are the GET's, and the HTTP layer,
 /// which noted the method when it read the request, sends no body. One rule for
 /// every route, pages and `/metrics` included, instead of a HEAD route each.
+/// The request is marked (`HeadRequest`), so a page does not spend on it what
+/// it shows only once.
 async fn head_as_get(
     mut req: actix_web::dev::ServiceRequest,
     next: actix_web::middleware::Next<impl actix_web::body::MessageBody + 'static>,
 ) -> Result<actix_web::dev::ServiceResponse<impl actix_web::body::MessageBody>, actix_web::Error> {
     if req.method() == actix_web::http::Method::HEAD {
         req.head_mut().method = actix_web::http::Method::GET;
+        actix_web::HttpMessage::extensions_mut(&req).insert(pages::HeadRequest);
     }
     next.call(req).await
 }

@@ -77,7 +77,7 @@ pub async fn purge(store: &dyn Store, now: i64) -> Result<u64, StoreError> {
     store
         .purge(&Retention {
             codes_before: before(CODE_RETENTION),
-            signin_failures_before: before(crate::oauth::throttle::WINDOW),
+            signin_failures_before: before(crate::auth::throttle::WINDOW),
             idempotency_keys_before: before(ledger::payments::IDEMPOTENCY_WINDOW),
             tokens_before: before(TOKEN_RETENTION),
             // An ended session's record already holds when its cookie expires.

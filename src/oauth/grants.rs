@@ -45,7 +45,7 @@ pub async fn exchange(
     let now = now_micros();
     let (access, access_row) = tokens::mint(TokenKind::Access, now, SERVER_SIDE_TTL);
     let (refresh, refresh_row) = tokens::mint(TokenKind::Refresh, now, REFRESH_TTL);
-    let (user_id, scopes) = match request {
+    let (user_id, scopes, user) = match request {
         GrantRequest::AuthorizationCode {
             code,
             redirect_uri,
@@ -63,7 +63,7 @@ pub async fn exchange(
                 )
                 .await?
             {
-                CodeUse::Issued(record) => (record.user_id, record.scopes),
+                CodeUse::Issued(record) => (record.user_id, record.scopes, None),
                 CodeUse::Refused(reason) => return Err(GrantError::InvalidGrant(reason)),
                 CodeUse::Revoked => {
                     return Err(GrantError::InvalidGrant(
@@ -116,8 +116,11 @@ pub async fn exchange(
                 .await?
             {
                 RefreshUse::Rotated(grant) => (
-                    grant.user_id,
-                    scope.as_ref().map_or(grant.scopes, ScopeSet::to_string),
+                    grant.user.id.clone(),
+                    scope
+                        .as_ref()
+                        .map_or(grant.grant_scopes, ScopeSet::to_string),
+                    Some(grant.user),
                 ),
                 RefreshUse::Replayed => {
                     return Err(GrantError::InvalidGrant(
@@ -134,10 +137,14 @@ pub async fn exchange(
             }
         }
     };
-    let user = store
-        .find_user(UserKey::Id(&user_id))
-        .await?
-        .ok_or_else(|| GrantError::InvalidGrant("the account no longer exists".into()))?;
+    // A rotation read the user with the grant; a code exchange reads it now.
+    let user = match user {
+        Some(user) => user,
+        None => store
+            .find_user(UserKey::Id(&user_id))
+            .await?
+            .ok_or_else(|| GrantError::InvalidGrant("the account no longer exists".into()))?,
+    };
     if user.suspended {
         return Err(GrantError::InvalidGrant("the account is suspended".into()));
     }

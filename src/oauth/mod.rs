@@ -8,7 +8,6 @@ pub mod clients;
 pub mod credentials;
 pub mod grants;
 pub mod introspection_cache;
-pub mod throttle;
 pub mod tokens;
 
 pub use tokens::{introspect, ActiveToken, IntrospectError};

@@ -21,7 +21,7 @@ pub use models::{
 };
 pub use oauth::{
     CodeCheck, CodeRecord, CodeUse, ConsentRow, Grant, IntrospectingClient, NewCode, NewGrant,
-    NewToken, PersonalToken, RefreshUse, SigninDecision, TokenKind, TokenRecord,
+    NewToken, PersonalToken, RefreshUse, RotatedGrant, SigninDecision, TokenKind, TokenRecord,
 };
 pub use payments::{
     DuePayment, IdempotencyKey, InsertOutcome, Move, Payment, PaymentFilter, PaymentInsert,

@@ -66,6 +66,16 @@ pub struct Grant {
     pub revoked_at: Option<i64>,
 }
 
+/// What a refresh token's rotation returns: its grant and the grant's user,
+/// read by the rotating statement itself.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct RotatedGrant {
+    pub grant_id: String,
+    pub grant_scopes: String,
+    #[sqlx(flatten)]
+    pub user: User,
+}
+
 /// Everything introspection needs about a token, read in one query.
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct TokenRecord {
@@ -136,7 +146,7 @@ pub type CodeCheck<'a> = &'a (dyn Fn(&CodeRecord) -> Result<(), String> + Send +
 #[derive(Debug)]
 pub enum RefreshUse {
     /// The refresh token was spent and the new tokens stored under its grant.
-    Rotated(Grant),
+    Rotated(Box<RotatedGrant>),
     /// A spent refresh token came back: its whole family is now revoked.
     Replayed,
     /// Unknown, expired, revoked, or of another client.

@@ -25,3 +25,7 @@ pub(super) fn connections_per_core(per_core: u32, min: u32, max: u32) -> u32 {
         .saturating_mul(per_core)
         .clamp(min, max)
 }
+
+/// What a backend's `write_batch` runs: one write on the connection it lends.
+pub(crate) type BatchFuture<'c, O> =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<O, sqlx::Error>> + Send + 'c>>;

@@ -1,4 +1,4 @@
-use super::pool::{connections_per_core, RevocationEpoch};
+use super::pool::{connections_per_core, BatchFuture, RevocationEpoch};
 use super::*;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{PgPool, Postgres, Transaction};
@@ -60,6 +60,16 @@ impl queries::Connections for PgStore {
         Ok(self.pool.begin().await?)
     }
 
+    /// Runs `batch`, one statement that is its own transaction.
+    async fn write_batch<O, F>(&self, batch: F) -> Result<O, StoreError>
+    where
+        O: Send + 'static,
+        F: for<'c> FnOnce(&'c mut sqlx::PgConnection) -> BatchFuture<'c, O> + Send + 'static,
+    {
+        let mut conn = self.pool.acquire().await?;
+        Ok(batch(&mut conn).await?)
+    }
+
     /// Where a write that is one statement runs as its own transaction, without
     /// the round trips of BEGIN and COMMIT.
     fn statement_pool(&self) -> Option<&PgPool> {
@@ -87,6 +97,9 @@ const KEY_LOCK: &str = "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))";
 /// A new payment's movement, one statement (see payments.rs).
 const HOLD_SQL: &str = super::payments::PG_HOLD_SQL;
 const CHARGE_SQL: &str = super::payments::PG_CHARGE_SQL;
+/// Each is one statement, so also a whole transaction of its own.
+const HOLD_BATCH: &str = HOLD_SQL;
+const CHARGE_BATCH: &str = CHARGE_SQL;
 /// A settlement batch first locks the accounts it credits in id order, as every
 /// other transaction that moves money does, so two cannot deadlock.
 const LOCK_SETTLED_TARGETS: Option<(&str, &str)> = Some((

@@ -1,4 +1,4 @@
-use super::pool::{connections_per_core, RevocationEpoch};
+use super::pool::{connections_per_core, BatchFuture, RevocationEpoch};
 use super::*;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{Connection, Sqlite, SqlitePool, Transaction};
@@ -76,7 +76,12 @@ impl SqliteStore {
             .after_release(move |conn, _| {
                 let health = on_release.clone();
                 Box::pin(async move {
-                    // Runs after the rollback a dropped transaction queued.
+                    // Nothing pending after a commit: no trip to the writer's
+                    // thread. Otherwise the ping runs the rollback a dropped
+                    // transaction queued, and the check below sees its result.
+                    if !conn.is_in_transaction() {
+                        return Ok(true);
+                    }
                     conn.ping().await?;
                     if conn.is_in_transaction() {
                         health.failed();
@@ -111,17 +116,7 @@ impl SqliteStore {
 
     /// The test hook of [`PAGE_LIMIT_FILE_VARIABLE`], if set.
     async fn apply_page_limit(&self, conn: &mut sqlx::SqliteConnection) -> Result<(), StoreError> {
-        if let Some(file) = &self.page_limit_file {
-            let limit = std::fs::read_to_string(file)
-                .ok()
-                .and_then(|text| text.trim().parse::<u32>().ok())
-                .unwrap_or(NO_PAGE_LIMIT);
-            // A number parsed above, so nothing but digits reaches the SQL.
-            sqlx::query(&format!("PRAGMA max_page_count = {limit}"))
-                .execute(&mut *conn)
-                .await?;
-        }
-        Ok(())
+        apply_page_limit(self.page_limit_file.as_deref(), conn).await
     }
 }
 
@@ -179,6 +174,46 @@ impl queries::Connections for SqliteStore {
         Ok(tx)
     }
 
+    /// Runs `batch`, statements sent to the writer at once that begin with
+    /// `BEGIN IMMEDIATE` and end with `COMMIT` and guard their own writes, so
+    /// the whole write is one trip to the writer's thread instead of three.
+    /// It runs as a task of its own: a request that goes away cannot leave the
+    /// writer inside a half-sent transaction. When a statement fails, what ran
+    /// is rolled back here (sqlx does not know of this transaction).
+    async fn write_batch<O, F>(&self, batch: F) -> Result<O, StoreError>
+    where
+        O: Send + 'static,
+        F: for<'c> FnOnce(&'c mut sqlx::SqliteConnection) -> BatchFuture<'c, O> + Send + 'static,
+    {
+        let writer = self.writer.clone();
+        let health = self.health.clone();
+        let page_limit_file = self.page_limit_file.clone();
+        let task = tokio::spawn(async move {
+            let mut conn = writer.acquire().await?;
+            apply_page_limit(page_limit_file.as_deref(), &mut conn).await?;
+            match batch(&mut conn).await {
+                Ok(out) => Ok(out),
+                Err(error) => {
+                    if let Err(rollback) = sqlx::query("ROLLBACK").execute(&mut *conn).await {
+                        // No transaction left although BEGIN got the lock:
+                        // SQLite rolled back by itself (a full disk), and the
+                        // writer counts as failed a moment, as after a failed
+                        // COMMIT. Any other failure: a fresh writer.
+                        if !rollback.to_string().contains("no transaction is active") {
+                            health.failed();
+                            conn.close_on_drop();
+                        } else if !is_busy(&error) {
+                            health.failed();
+                        }
+                    }
+                    Err(StoreError::from(error))
+                }
+            }
+        });
+        task.await
+            .map_err(|e| StoreError::Unexpected(anyhow::anyhow!("a write task failed: {e}")))?
+    }
+
     /// None: every write begins with `BEGIN IMMEDIATE` on the one writer, even a
     /// single statement, so writers queue instead of failing.
     fn statement_pool(&self) -> Option<&SqlitePool> {
@@ -195,6 +230,34 @@ impl queries::Connections for SqliteStore {
     }
 }
 
+/// SQLITE_BUSY or SQLITE_LOCKED: another connection holds the lock (so a
+/// `BEGIN IMMEDIATE` found no transaction to begin).
+fn is_busy(error: &sqlx::Error) -> bool {
+    error
+        .as_database_error()
+        .and_then(|db| db.code())
+        .and_then(|code| code.parse::<i64>().ok())
+        .is_some_and(|code| matches!(code & 0xff, 5 | 6))
+}
+
+/// The test hook of [`PAGE_LIMIT_FILE_VARIABLE`], if set.
+async fn apply_page_limit(
+    page_limit_file: Option<&std::path::Path>,
+    conn: &mut sqlx::SqliteConnection,
+) -> Result<(), StoreError> {
+    if let Some(file) = page_limit_file {
+        let limit = std::fs::read_to_string(file)
+            .ok()
+            .and_then(|text| text.trim().parse::<u32>().ok())
+            .unwrap_or(NO_PAGE_LIMIT);
+        // A number parsed above, so nothing but digits reaches the SQL.
+        sqlx::query(&format!("PRAGMA max_page_count = {limit}"))
+            .execute(&mut *conn)
+            .await?;
+    }
+    Ok(())
+}
+
 /// SQLite has one writer, so a write transaction already excludes every other.
 const SKIP_LOCKED: &str = "";
 /// …and needs no lock on a key either (the statement only keeps the shape).
@@ -203,6 +266,9 @@ const KEY_LOCK: &str = "SELECT $1";
 /// A new payment's statements, sent to the writer at once (see payments.rs).
 const HOLD_SQL: &str = super::payments::SQLITE_HOLD_SQL;
 const CHARGE_SQL: &str = super::payments::SQLITE_CHARGE_SQL;
+/// …and the same as whole transactions, for a payment without an idempotency key.
+const HOLD_BATCH: &str = super::payments::SQLITE_HOLD_BATCH;
+const CHARGE_BATCH: &str = super::payments::SQLITE_CHARGE_BATCH;
 /// The one writer already excludes every other settlement.
 const LOCK_SETTLED_TARGETS: Option<(&str, &str)> = None;
 

@@ -1,17 +1,14 @@
 //! The account page: profile, verification, the apps the user authorized and
 //! the personal access tokens, each revocable.
 
-use super::forms::{self, clean_path, sentence, FormState, PageForm};
-use super::session::{self, signed_in};
+use super::forms::{self, refuse, sentence, FormState, PageForm, PathId};
+use super::session::{self, SignedIn};
 use super::signin::client_ip;
-use super::view::{page, see_other, when, PageError};
-use crate::accounts::{self, ChangeContactsError};
+use super::view::{links_message, page, see_other, when, LinksWording, PageError};
+use crate::accounts::{self, ChangeContactsError, ContactChange, ContactsChanged};
 use crate::domain::{now_micros, Email, Money, Phone};
-use crate::oauth::throttle::{self, Attempt};
 use crate::state::AppState;
 use crate::store::{ConsentRow, ProfileUpdate};
-use crate::verification;
-use crate::web::session::CsrfForm;
 use actix_session::Session;
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
@@ -85,8 +82,11 @@ struct AccountPage {
     tokens: Vec<TokenRow>,
 }
 
-pub async fn show(state: web::Data<AppState>, session: Session) -> Result<HttpResponse, PageError> {
-    let user = signed_in(&state, &session, "/account").await?;
+pub async fn show(
+    state: web::Data<AppState>,
+    session: Session,
+    SignedIn(user): SignedIn,
+) -> Result<HttpResponse, PageError> {
     let store = state.store.as_ref();
     let apps = authorized_apps(store.consents_of_user(&user.id).await?);
     let tokens = store
@@ -154,34 +154,24 @@ pub async fn show(state: web::Data<AppState>, session: Session) -> Result<HttpRe
         tokens,
         username: user.username,
     };
-    page(StatusCode::OK, &template, None)
+    page(StatusCode::OK, &template)
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Default)]
+#[serde(default)]
 pub struct ProfileForm {
-    #[serde(default)]
     first_name: String,
-    #[serde(default)]
     last_name: String,
-    #[serde(default)]
     about: String,
 }
 
 pub async fn update_profile(
-    req: HttpRequest,
     state: web::Data<AppState>,
     session: Session,
     form: PageForm<ProfileForm>,
+    SignedIn(user): SignedIn,
 ) -> Result<HttpResponse, PageError> {
-    session::check_form(&req, &state, &session, form.csrf_token())?;
-    let user = signed_in(&state, &session, "/account").await?;
-    let form = match form.into_checked() {
-        Ok(form) => form,
-        Err(refused) => {
-            forms::stash(&session, PROFILE_FORM, &refused);
-            return Ok(see_other("/account#profile", None));
-        }
-    };
+    let form = form.or_back(&session, PROFILE_FORM, "/account#profile")?;
     let mut refused = FormState::with_values(&[
         ("first_name", &form.first_name),
         ("last_name", &form.last_name),
@@ -197,8 +187,7 @@ pub async fn update_profile(
         .map_err(|e| refused.error("about", sentence(&e.to_string())))
         .ok();
     let (Some(first_name), Some(last_name), Some(about)) = (first_name, last_name, about) else {
-        forms::stash(&session, PROFILE_FORM, &refused);
-        return Ok(see_other("/account#profile", None));
+        return Err(refuse(&session, PROFILE_FORM, &refused, "/account#profile"));
     };
     state
         .store
@@ -212,40 +201,19 @@ pub async fn update_profile(
         )
         .await?;
     session::flash(&session, "Your profile is saved.");
-    Ok(see_other("/account", None))
+    Ok(see_other("/account"))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Default)]
+#[serde(default)]
 pub struct ContactForm {
-    #[serde(default)]
     email: String,
-    #[serde(default)]
     phone: String,
-    #[serde(default)]
     password: String,
 }
 
-/// Changes the account's e-mail and phone, asking for the password first (a
-/// borrowed session must not be able to move the account to another address).
-/// A new address gets a verification link; payments waiting for it are claimed
-/// once it is verified.
-pub async fn update_contacts(
-    req: HttpRequest,
-    state: web::Data<AppState>,
-    session: Session,
-    form: PageForm<ContactForm>,
-) -> Result<HttpResponse, PageError> {
-    session::check_form(&req, &state, &session, form.csrf_token())?;
-    let user = signed_in(&state, &session, "/account").await?;
-    let form = match form.into_checked() {
-        Ok(form) => form,
-        Err(refused) => {
-            forms::stash(&session, CONTACT_FORM, &refused);
-            return Ok(see_other("/account#contact", None));
-        }
-    };
-    let store = state.store.as_ref();
-    let mut refused = FormState::with_values(&[("email", &form.email), ("phone", &form.phone)]);
+/// The form's addresses, or `None` with a message on each refused one.
+fn parse_contacts(form: &ContactForm, refused: &mut FormState) -> Option<(Email, Option<Phone>)> {
     let email = Email::parse(&form.email).map_err(|e| {
         let message = if form.email.trim().is_empty() {
             "Enter your e-mail address.".to_owned()
@@ -260,47 +228,61 @@ pub async fn update_contacts(
             .map(Some)
             .map_err(|e| refused.error("phone", sentence(&e.to_string()))),
     };
-    // The password is throttled like a sign-in: it is one.
-    let attempt = Attempt::new(&user.id, client_ip(&req));
-    let admitted =
-        throttle::admit(store, &attempt)
-            .await?
-            .map_err(|wait| PageError::TooManyRequests {
-                retry_after_secs: wait.as_secs() + 1,
-            })?;
-    if state
-        .hasher
-        .verify(Some(&user.password_hash), &form.password)
-        .await
-    {
-        throttle::succeeded(store, &attempt, admitted).await?;
-    } else {
-        refused.error("password", "That is not your password.");
-    }
-    let (Ok(email), Ok(phone)) = (email, phone) else {
-        forms::stash(&session, CONTACT_FORM, &refused);
-        return Ok(see_other("/account#contact", None));
+    Some((email.ok()?, phone.ok()?))
+}
+
+/// `POST /account/contact`: the account's e-mail and phone, changed by
+/// `accounts::change_contacts` once the password is confirmed.
+pub async fn update_contacts(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    session: Session,
+    form: PageForm<ContactForm>,
+    SignedIn(user): SignedIn,
+) -> Result<HttpResponse, PageError> {
+    let form = form.or_back(&session, CONTACT_FORM, "/account#contact")?;
+    let mut refused = FormState::with_values(&[("email", &form.email), ("phone", &form.phone)]);
+    let wanted = parse_contacts(&form, &mut refused);
+    let change = ContactChange {
+        user: &user,
+        from: client_ip(&req),
+        password: &form.password,
+        wanted,
     };
-    if refused.has_errors() {
-        forms::stash(&session, CONTACT_FORM, &refused);
-        return Ok(see_other("/account#contact", None));
-    }
-    if user.email.as_deref() == Some(email.as_str())
-        && user.phone.as_deref() == phone.as_ref().map(Phone::as_str)
-    {
-        session::flash(
-            &session,
-            "Your e-mail address and phone number are unchanged.",
-        );
-        return Ok(see_other("/account", None));
-    }
-    let updated = match accounts::change_contacts(store, &user, &email, phone.as_ref()).await {
-        Ok(updated) => updated,
+    let changed = accounts::change_contacts(
+        state.store.as_ref(),
+        &state.hasher,
+        &state.mailer,
+        &state.public_origin,
+        change,
+    )
+    .await;
+    let back = |refused: &FormState| refuse(&session, CONTACT_FORM, refused, "/account#contact");
+    let message = match changed {
+        Ok(_) if refused.has_errors() => return Err(back(&refused)),
+        Ok(ContactsChanged::PasswordOnly) => return Err(back(&refused)),
+        Ok(ContactsChanged::Unchanged) => {
+            "Your e-mail address and phone number are unchanged.".to_owned()
+        }
+        Ok(ContactsChanged::Saved(links)) => links_message(
+            &links,
+            &LinksWording {
+                nothing_to_send: "Your e-mail address and phone number are saved.",
+                sent: "Saved. Follow the link we sent to verify the new address.",
+                only_held: "Saved. ",
+                failed: "Saved, but we could not send the verification link just now. \
+                         Use \"Send the link again\" later.",
+            },
+        ),
+        Err(ChangeContactsError::Wait(wait)) => return Err(PageError::wait(wait)),
+        Err(ChangeContactsError::WrongPassword) => {
+            refused.error("password", "That is not your password.");
+            return Err(back(&refused));
+        }
         Err(ChangeContactsError::Taken(field)) => {
             let field = if field == "phone" { "phone" } else { "email" };
             refused.error(field, "Another account uses this address.");
-            forms::stash(&session, CONTACT_FORM, &refused);
-            return Ok(see_other("/account#contact", None));
+            return Err(back(&refused));
         }
         Err(ChangeContactsError::Gone) => {
             return Err(PageError::SignInRequired {
@@ -309,44 +291,18 @@ pub async fn update_contacts(
         }
         Err(ChangeContactsError::Store(e)) => return Err(e.into()),
     };
-    let message = match verification::send_links(
-        store,
-        &state.mailer,
-        &state.public_origin,
-        &updated,
-    )
-    .await
-    {
-        Ok(sent) if sent.sent == 0 && sent.held.is_empty() => {
-            "Your e-mail address and phone number are saved.".to_owned()
-        }
-        Ok(sent) if sent.held.is_empty() => {
-            "Saved. Follow the link we sent to verify the new address.".to_owned()
-        }
-        Ok(sent) => format!("Saved. {}", super::signup::held_message(&sent.held)),
-        Err(error) => {
-            tracing::error!(error = ?error, "cannot send verification links");
-            "Saved, but we could not send the verification link just now. \
-             Use \"Send the link again\" later."
-                .to_owned()
-        }
-    };
     session::flash(&session, &message);
-    Ok(see_other("/account", None))
+    Ok(see_other("/account"))
 }
 
 /// Ends an app's access: its consents are forgotten and every token it holds
 /// for this user stops working.
 pub async fn revoke_app(
-    req: HttpRequest,
     state: web::Data<AppState>,
     session: Session,
-    path: web::Path<String>,
-    form: PageForm<CsrfForm>,
+    PathId(client_id): PathId,
+    SignedIn(user): SignedIn,
 ) -> Result<HttpResponse, PageError> {
-    session::check_form(&req, &state, &session, form.csrf_token())?;
-    let user = signed_in(&state, &session, "/account").await?;
-    let client_id = clean_path(path.into_inner())?;
     let name = state
         .store
         .find_app(&client_id)
@@ -364,21 +320,18 @@ pub async fn revoke_app(
             format!("{name} had no access to your account.")
         },
     );
-    Ok(see_other("/account#apps", None))
+    Ok(see_other("/account#apps"))
 }
 
 pub async fn revoke_token(
-    req: HttpRequest,
     state: web::Data<AppState>,
     session: Session,
-    path: web::Path<String>,
-    form: PageForm<CsrfForm>,
+    PathId(grant_id): PathId,
+    SignedIn(user): SignedIn,
 ) -> Result<HttpResponse, PageError> {
-    session::check_form(&req, &state, &session, form.csrf_token())?;
-    let user = signed_in(&state, &session, "/account").await?;
     let revoked = state
         .store
-        .revoke_personal_token(&user.id, &clean_path(path.into_inner())?, now_micros())
+        .revoke_personal_token(&user.id, &grant_id, now_micros())
         .await?;
     session::flash(
         &session,
@@ -388,5 +341,5 @@ pub async fn revoke_token(
             "That token was already revoked or has expired."
         },
     );
-    Ok(see_other("/account#tokens", None))
+    Ok(see_other("/account#tokens"))
 }

@@ -1,9 +1,10 @@
 //! `GET` and `POST /v1/oauth/authorize`: sign-in, consent and the redirect back
 //! to the app. The decisions are `oauth::authorize`'s; this shows them.
 
-use super::session;
+use super::forms::FormFields;
+use super::session::{self, CurrentUser};
 use super::signin::sign_in_page;
-use super::view::{page, see_other, PageError};
+use super::view::{page, see_other, with_form_target, PageError};
 use crate::oauth::authorize::{self, AuthorizeParams, ValidRequest, Validation};
 use crate::state::AppState;
 use actix_session::Session;
@@ -51,12 +52,13 @@ pub async fn show(
     req: HttpRequest,
     state: web::Data<AppState>,
     session: Session,
+    CurrentUser(user): CurrentUser,
 ) -> Result<HttpResponse, PageError> {
     // Read as sent, so a repeated parameter is seen rather than overwritten.
     let params =
         AuthorizeParams::from_pairs(url::form_urlencoded::parse(req.query_string().as_bytes()));
     let checked = validated(&state, &params).await?;
-    let Some(user) = session::current_user(&state, &session).await? else {
+    let Some(user) = user else {
         let app_name = match &checked {
             Checked::RedirectError { app_name, .. } => app_name.clone(),
             Checked::Valid(request) => request.app.name.clone(),
@@ -69,13 +71,13 @@ pub async fn show(
         return sign_in_page(&session, here, Some(app_name));
     };
     let request = match checked {
-        Checked::RedirectError { url, .. } => return Ok(see_other(&url, None)),
+        Checked::RedirectError { url, .. } => return Ok(see_other(&url)),
         Checked::Valid(request) => request,
     };
     let store = state.store.as_ref();
     if !authorize::needs_consent(store, &user.id, &request).await? {
         let url = authorize::approve(store, &user.id, &request, &state.public_origin).await?;
-        return Ok(see_other(url.as_str(), None));
+        return Ok(see_other(url.as_str()));
     }
     let template = ConsentPage {
         csrf_token: session::csrf_token(&session)?,
@@ -91,34 +93,30 @@ pub async fn show(
         redirect_origin: redirect_origin(&request),
         hidden: request.form_fields(),
     };
-    page(StatusCode::OK, &template, Some(&redirect_origin(&request)))
+    Ok(with_form_target(
+        page(StatusCode::OK, &template)?,
+        redirect_origin(&request),
+    ))
 }
 
 pub async fn decide(
-    req: HttpRequest,
     state: web::Data<AppState>,
-    session: Session,
-    form: web::Form<Vec<(String, String)>>,
+    form: FormFields,
+    CurrentUser(user): CurrentUser,
 ) -> Result<HttpResponse, PageError> {
-    let field = |name: &str| {
-        form.iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| v.as_str())
-    };
-    session::check_form(&req, &state, &session, field("csrf_token"))?;
-    let params = AuthorizeParams::from_pairs(form.iter().map(|(n, v)| (n, v.clone())));
+    let params = AuthorizeParams::from_pairs(form.0.iter().map(|(n, v)| (n, v.clone())));
     let checked = validated(&state, &params).await?;
-    let Some(user) = session::current_user(&state, &session).await? else {
+    let Some(user) = user else {
         return Err(PageError::Forbidden(
             "You are no longer signed in. Go back to the app and start again.".to_owned(),
         ));
     };
     let request = match checked {
-        Checked::RedirectError { url, .. } => return Ok(see_other(&url, None)),
+        Checked::RedirectError { url, .. } => return Ok(see_other(&url)),
         Checked::Valid(request) => request,
     };
     let target = redirect_origin(&request);
-    let url = match field("decision") {
+    let url = match form.get("decision") {
         Some("allow") => {
             authorize::approve(
                 state.store.as_ref(),
@@ -135,5 +133,5 @@ pub async fn decide(
             ))
         }
     };
-    Ok(see_other(url.as_str(), Some(&target)))
+    Ok(with_form_target(see_other(url.as_str()), target))
 }

@@ -14,5 +14,5 @@ struct DemoCallback {
 
 pub async fn callback(req: HttpRequest) -> Result<HttpResponse, PageError> {
     let params = super::forms::query_pairs(req.query_string())?;
-    page(StatusCode::OK, &DemoCallback { params }, None)
+    page(StatusCode::OK, &DemoCallback { params })
 }

@@ -1,9 +1,9 @@
 //! The Developer tab: a verified user's apps (create, edit, rotate the secret)
 //! and personal access tokens for the user's own account.
 
-use super::forms::{self, clean_path, PageForm};
+use super::forms::{self, PageForm, PathId};
 use super::reveal::{self, OnceSecret};
-use super::session::{self, signed_in};
+use super::session::{self, Developer, SignedIn};
 use super::view::{page, see_other, when, PageError};
 use crate::config::DeveloperSignup;
 use crate::domain::{Scope, ScopeSet};
@@ -12,7 +12,6 @@ use crate::oauth::credentials::{self, CredentialKind};
 use crate::oauth::tokens;
 use crate::state::AppState;
 use crate::store::{App, AppUpdate, User};
-use crate::web::session::CsrfForm;
 use actix_session::Session;
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
@@ -34,23 +33,6 @@ pub const PERSONAL_SCOPES: [Scope; 6] = [
     Scope::AccessPhone,
     Scope::AccessFriends,
 ];
-
-fn not_verified() -> PageError {
-    PageError::Forbidden(
-        "Only verified accounts can use the Developer tab. Open the link we sent you first."
-            .to_owned(),
-    )
-}
-
-/// The signed-in, verified user, or the answer to give instead.
-async fn developer(state: &AppState, session: &Session, here: &str) -> Result<User, PageError> {
-    let user = signed_in(state, session, here).await?;
-    if user.verified {
-        Ok(user)
-    } else {
-        Err(not_verified())
-    }
-}
 
 pub struct AppRow {
     pub client_id: String,
@@ -75,8 +57,12 @@ struct DeveloperPage {
     public_origin: String,
 }
 
-pub async fn show(state: web::Data<AppState>, session: Session) -> Result<HttpResponse, PageError> {
-    let user = signed_in(&state, &session, "/developer").await?;
+pub async fn show(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    session: Session,
+    SignedIn(user): SignedIn,
+) -> Result<HttpResponse, PageError> {
     let apps = if user.verified {
         state.store.apps_of_owner(&user.id).await?
     } else {
@@ -98,7 +84,7 @@ pub async fn show(state: web::Data<AppState>, session: Session) -> Result<HttpRe
             })
             .collect(),
         form: forms::take(&session, NEW_APP_FORM).unwrap_or_default(),
-        personal_token: reveal::take(&state, &session, &user.id, PERSONAL_TOKEN).await?,
+        personal_token: reveal::take(&req, &state, &session, &user.id, PERSONAL_TOKEN).await?,
         personal_scopes: PERSONAL_SCOPES
             .iter()
             .map(|s| (s.as_str(), s.description()))
@@ -106,18 +92,15 @@ pub async fn show(state: web::Data<AppState>, session: Session) -> Result<HttpRe
         public_origin: state.public_origin.clone(),
         username: user.username,
     };
-    page(StatusCode::OK, &template, None)
+    page(StatusCode::OK, &template)
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Default)]
+#[serde(default)]
 pub struct AppForm {
-    #[serde(default)]
     name: String,
-    #[serde(default)]
     description: String,
-    #[serde(default)]
     redirect_url: String,
-    #[serde(default)]
     site_url: String,
 }
 
@@ -178,25 +161,19 @@ fn parse_app(form: &AppForm) -> Result<AppDetails, forms::FormState> {
 }
 
 pub async fn create_app(
-    req: HttpRequest,
     state: web::Data<AppState>,
     session: Session,
     form: PageForm<AppForm>,
+    Developer(user): Developer,
 ) -> Result<HttpResponse, PageError> {
-    session::check_form(&req, &state, &session, form.csrf_token())?;
-    let user = developer(&state, &session, "/developer").await?;
     if state.settings.developer_signup == DeveloperSignup::Closed {
         return Err(PageError::Forbidden(
             "Tally accepts no new apps at the moment. Apps that exist keep working.".to_owned(),
         ));
     }
-    let details = match form.parse_with(parse_app) {
-        Ok(details) => details,
-        Err(refused) => {
-            forms::stash(&session, NEW_APP_FORM, &refused);
-            return Ok(see_other("/developer#new-app", None));
-        }
-    };
+    let details = form
+        .parse_with(parse_app)
+        .map_err(|refused| forms::refuse(&session, NEW_APP_FORM, &refused, "/developer#new-app"))?;
     let (app, secret) = clients::register(state.store.as_ref(), &user.id, &details).await?;
     reveal::show_once(
         &state,
@@ -208,7 +185,7 @@ pub async fn create_app(
     )
     .await?;
     session::flash(&session, &format!("{} is registered.", app.name));
-    Ok(see_other(&app_path(&app.client_id), None))
+    Ok(see_other(&app_path(&app.client_id)))
 }
 
 fn app_path(client_id: &str) -> String {
@@ -239,12 +216,12 @@ struct AppPage {
 }
 
 pub async fn show_app(
+    req: HttpRequest,
     state: web::Data<AppState>,
     session: Session,
-    path: web::Path<String>,
+    PathId(client_id): PathId,
+    Developer(user): Developer,
 ) -> Result<HttpResponse, PageError> {
-    let client_id = clean_path(path.into_inner())?;
-    let user = developer(&state, &session, &app_path(&client_id)).await?;
     let app = own_app(&state, &user, &client_id).await?;
     let form = forms::take(&session, EDIT_APP_FORM).unwrap_or_else(|| {
         forms::FormState::with_values(&[
@@ -268,31 +245,25 @@ pub async fn show_app(
         username: user.username,
         notice: session::take_flash(&session),
         created: when(app.created_at),
-        secret: reveal::take(&state, &session, &user.id, &app.client_id).await?,
+        secret: reveal::take(&req, &state, &session, &user.id, &app.client_id).await?,
         form,
         authorize_example,
         app,
     };
-    page(StatusCode::OK, &template, None)
+    page(StatusCode::OK, &template)
 }
 
 pub async fn update_app(
-    req: HttpRequest,
     state: web::Data<AppState>,
     session: Session,
-    path: web::Path<String>,
     form: PageForm<AppForm>,
+    PathId(client_id): PathId,
+    Developer(user): Developer,
 ) -> Result<HttpResponse, PageError> {
-    session::check_form(&req, &state, &session, form.csrf_token())?;
-    let client_id = clean_path(path.into_inner())?;
-    let user = developer(&state, &session, &app_path(&client_id)).await?;
-    let details = match form.parse_with(parse_app) {
-        Ok(details) => details,
-        Err(refused) => {
-            forms::stash(&session, EDIT_APP_FORM, &refused);
-            return Ok(see_other(&format!("{}#edit", app_path(&client_id)), None));
-        }
-    };
+    let details = form.parse_with(parse_app).map_err(|refused| {
+        let location = format!("{}#edit", app_path(&client_id));
+        forms::refuse(&session, EDIT_APP_FORM, &refused, &location)
+    })?;
     let updated = state
         .store
         .update_own_app(
@@ -308,20 +279,16 @@ pub async fn update_app(
         .await?
         .ok_or_else(|| PageError::NotFound("There is no such app among yours.".to_owned()))?;
     session::flash(&session, &format!("{} is saved.", updated.name));
-    Ok(see_other(&app_path(&client_id), None))
+    Ok(see_other(&app_path(&client_id)))
 }
 
 /// A new client secret, shown once; the old one stops working at once.
 pub async fn rotate_secret(
-    req: HttpRequest,
     state: web::Data<AppState>,
     session: Session,
-    path: web::Path<String>,
-    form: PageForm<CsrfForm>,
+    PathId(client_id): PathId,
+    Developer(user): Developer,
 ) -> Result<HttpResponse, PageError> {
-    session::check_form(&req, &state, &session, form.csrf_token())?;
-    let client_id = clean_path(path.into_inner())?;
-    let user = developer(&state, &session, &app_path(&client_id)).await?;
     let secret = credentials::generate(CredentialKind::ClientSecret);
     let replaced = state
         .store
@@ -345,18 +312,15 @@ pub async fn rotate_secret(
         &session,
         "The client secret is replaced; the old one no longer works.",
     );
-    Ok(see_other(&app_path(&client_id), None))
+    Ok(see_other(&app_path(&client_id)))
 }
 
 /// A personal access token for one's own account (SPEC §8), shown once.
 pub async fn personal_token(
-    req: HttpRequest,
     state: web::Data<AppState>,
     session: Session,
-    form: PageForm<CsrfForm>,
+    Developer(user): Developer,
 ) -> Result<HttpResponse, PageError> {
-    session::check_form(&req, &state, &session, form.csrf_token())?;
-    let user = developer(&state, &session, "/developer").await?;
     let scopes = ScopeSet::from_scopes(PERSONAL_SCOPES);
     let token =
         tokens::issue_personal_access_token(state.store.as_ref(), &user.id, &scopes).await?;
@@ -369,5 +333,5 @@ pub async fn personal_token(
         token.secret.expose_secret(),
     )
     .await?;
-    Ok(see_other("/developer#token", None))
+    Ok(see_other("/developer#token"))
 }

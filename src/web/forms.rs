@@ -7,14 +7,13 @@
 //! and no control characters (SPEC §2; tab and line breaks only in `note` and
 //! `about`). A field that breaks them makes the form come back with a message.
 //! Query strings of pages go through [`PageQuery`], path ids through
-//! [`clean_path`]: there a bad value is an error page.
+//! [`PathId`]: there a bad value is an error page.
 
 use super::view::PageError;
 use crate::domain::{has_forbidden_control, Lines};
 use actix_session::Session;
 use actix_web::dev::Payload;
-use actix_web::{web, FromRequest, HttpRequest};
-use futures_util::future::LocalBoxFuture;
+use actix_web::{web, FromRequest, HttpMessage, HttpRequest};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -117,6 +116,15 @@ pub fn stash(session: &Session, form: &str, state: &FormState) {
     let _ = session.insert(form_key(form), &kept);
 }
 
+/// Keeps a refused form for its page; the answer is the 303 to `location`,
+/// the form's place on that page.
+pub fn refuse(session: &Session, form: &str, state: &FormState, location: &str) -> PageError {
+    stash(session, form, state);
+    PageError::FormRefused {
+        location: location.to_owned(),
+    }
+}
+
 /// The longest start of `value` within `max` bytes, cut between characters.
 fn cut(value: &str, max: usize) -> &str {
     if value.len() <= max {
@@ -196,21 +204,53 @@ fn refusal(field: &str, value: &str) -> Option<String> {
     None
 }
 
+/// A form's fields as sent, read and admitted by `guard::check_forms` (CSRF
+/// token and Origin checked). Only a POST of the pages' scope has them: taking
+/// them anywhere else is an error, never an unchecked form.
+pub struct FormFields(pub Vec<(String, String)>);
+
+impl FormFields {
+    fn take(req: &HttpRequest) -> Result<Self, PageError> {
+        req.extensions_mut().remove::<Self>().ok_or_else(|| {
+            PageError::Unexpected(anyhow::anyhow!(
+                "a form was read outside the pages' form check"
+            ))
+        })
+    }
+
+    /// The first value of a field.
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+impl FromRequest for FormFields {
+    type Error = PageError;
+    type Future = std::future::Ready<Result<Self, PageError>>;
+
+    fn from_request(req: &HttpRequest, _payload: &mut Payload) -> Self::Future {
+        std::future::ready(Self::take(req))
+    }
+}
+
 /// A page form, read as its fields: either the form `T`, or (when a field
 /// breaks the shared rules) the form to show again with a message on it.
 pub struct PageForm<T> {
-    csrf_token: Option<String>,
     checked: Result<T, FormState>,
 }
 
 impl<T> PageForm<T> {
-    /// The CSRF token the form carried, checked before anything else.
-    pub fn csrf_token(&self) -> Option<&str> {
-        self.csrf_token.as_deref()
-    }
-
     pub fn into_checked(self) -> Result<T, FormState> {
         self.checked
+    }
+
+    /// The form, or (refused) the way back to it at `location` (see [`refuse`]).
+    pub fn or_back(self, session: &Session, form: &str, location: &str) -> Result<T, PageError> {
+        self.checked
+            .map_err(|refused| refuse(session, form, &refused, location))
     }
 
     /// The form parsed by `parse`, or the form to show again.
@@ -224,10 +264,6 @@ impl<T> PageForm<T> {
 
 impl<T: DeserializeOwned> PageForm<T> {
     fn check(pairs: Vec<(String, String)>) -> Result<Self, PageError> {
-        let csrf_token = pairs
-            .iter()
-            .find(|(name, _)| name == "csrf_token")
-            .map(|(_, value)| value.clone());
         let mut refused = FormState::default();
         let mut fields = serde_json::Map::new();
         for (name, value) in pairs {
@@ -249,30 +285,21 @@ impl<T: DeserializeOwned> PageForm<T> {
         }
         if refused.has_errors() {
             return Ok(Self {
-                csrf_token,
                 checked: Err(refused),
             });
         }
         let form = serde_json::from_value(serde_json::Value::Object(fields))
             .map_err(|e| PageError::BadRequest(format!("the form cannot be read: {e}")))?;
-        Ok(Self {
-            csrf_token,
-            checked: Ok(form),
-        })
+        Ok(Self { checked: Ok(form) })
     }
 }
 
 impl<T: DeserializeOwned + 'static> FromRequest for PageForm<T> {
-    type Error = actix_web::Error;
-    type Future = LocalBoxFuture<'static, Result<Self, Self::Error>>;
+    type Error = PageError;
+    type Future = std::future::Ready<Result<Self, PageError>>;
 
-    fn from_request(req: &HttpRequest, payload: &mut Payload) -> Self::Future {
-        // Read with the pages' form settings (size limit, error pages).
-        let fields = web::Form::<Vec<(String, String)>>::from_request(req, payload);
-        Box::pin(async move {
-            let pairs = fields.await?.into_inner();
-            Ok(Self::check(pairs)?)
-        })
+    fn from_request(req: &HttpRequest, _payload: &mut Payload) -> Self::Future {
+        std::future::ready(FormFields::take(req).and_then(|FormFields(pairs)| Self::check(pairs)))
     }
 }
 
@@ -313,12 +340,24 @@ pub fn query_pairs(query: &str) -> Result<Vec<(String, String)>, PageError> {
         .collect()
 }
 
-/// An id from a page's path, checked like a form field; an error page if bad.
-pub fn clean_path(value: String) -> Result<String, PageError> {
-    match refusal("id", &value) {
-        Some(_) => Err(PageError::NotFound(
-            "There is no page at this address.".to_owned(),
-        )),
-        None => Ok(value),
+/// The id in a page's path (`/developer/apps/{client_id}`), checked like a
+/// form field; a bad one is a "not found" page.
+pub struct PathId(pub String);
+
+impl FromRequest for PathId {
+    type Error = PageError;
+    type Future = std::future::Ready<Result<Self, PageError>>;
+
+    fn from_request(req: &HttpRequest, _payload: &mut Payload) -> Self::Future {
+        let not_found = || PageError::NotFound("There is no page at this address.".to_owned());
+        // Decoded as `web::Path` decodes it.
+        let id = web::Path::<String>::extract(req)
+            .into_inner()
+            .ok()
+            .map(web::Path::into_inner);
+        std::future::ready(match id {
+            Some(id) if refusal("id", &id).is_none() => Ok(Self(id)),
+            _ => Err(not_found()),
+        })
     }
 }

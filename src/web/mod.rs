@@ -7,6 +7,7 @@ pub mod authorize;
 pub mod demo;
 pub mod developer;
 pub mod forms;
+pub mod guard;
 pub mod payments;
 pub mod reveal;
 pub mod session;
@@ -14,16 +15,35 @@ pub mod signin;
 pub mod signup;
 pub mod view;
 
-pub use view::{page, secure, see_other, ErrorPage, PageError};
+pub use view::{page, secure, see_other, ErrorPage, HeadRequest, PageError};
 
 use actix_web::error::UrlencodedError;
 use actix_web::http::header;
+use actix_web::middleware::from_fn;
 use actix_web::{web, HttpResponse};
 
-/// The origin-level pages (outside `/v1`).
-pub fn configure(cfg: &mut web::ServiceConfig) {
+/// More page routes, registered inside the pages' scope beside the real ones
+/// (a test registers a throwaway form there to show it is guarded).
+pub type ExtraPages = fn(&mut web::ServiceConfig);
+
+/// The origin-level pages (outside `/v1`): one scope that checks every form
+/// POST and gives every answer the security headers (`guard`), plus the
+/// stylesheet, which is cached. Its prefix is empty, so it must be registered
+/// after the `/v1` scope: actix gives a request to the first scope that matches.
+pub fn configure(cfg: &mut web::ServiceConfig, extra: ExtraPages) {
     cfg.route("/static/tally.css", web::get().to(stylesheet))
-        .route("/signin", web::get().to(signin::show))
+        .service(
+            web::scope("")
+                .wrap(from_fn(guard::check_forms))
+                .wrap(from_fn(guard::page_headers))
+                .configure(page_routes)
+                .configure(extra)
+                .default_service(web::to(not_found)),
+        );
+}
+
+fn page_routes(cfg: &mut web::ServiceConfig) {
+    cfg.route("/signin", web::get().to(signin::show))
         .route("/signin", web::post().to(signin::submit))
         .route("/signout", web::post().to(signin::sign_out))
         .route("/signup", web::get().to(signup::show))
@@ -68,11 +88,24 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .route("/demo/callback", web::get().to(demo::callback));
 }
 
-crate::api::routes::route_table! {
-    /// The authorization server's page under `/v1/oauth` (startup registers it
-    /// in the OAuth scope, behind the OAuth rate limit, beside `api::OAUTH_ROUTES`).
-    OAUTH_PAGE_ROUTES, configure_oauth,
-    "/authorize" => { get => authorize::show, post => authorize::decide },
+/// The authorization server's page under `/v1/oauth` (startup registers it in
+/// the OAuth scope, behind the OAuth rate limit, beside `api::OAUTH_ROUTES`).
+pub const OAUTH_PAGE_ROUTES: &[(&str, &str)] = &[("get", "/authorize"), ("post", "/authorize")];
+
+/// Registers [`OAUTH_PAGE_ROUTES`], guarded like the other pages. Written out
+/// rather than with `api::routes::route_table!`, which cannot wrap a resource.
+pub fn configure_oauth(cfg: &mut web::ServiceConfig) {
+    let allow = crate::api::routes::allow_header(&["get", "post"]);
+    cfg.service(
+        web::resource("/authorize")
+            .wrap(from_fn(guard::check_forms))
+            .wrap(from_fn(guard::page_headers))
+            .route(web::get().to(authorize::show))
+            .route(web::post().to(authorize::decide))
+            .default_service(web::to(move || {
+                crate::api::routes::method_not_allowed(allow.clone())
+            })),
+    );
 }
 
 /// Form bodies the pages cannot read get an error page (with the page headers),
@@ -94,7 +127,7 @@ pub fn form_config() -> web::FormConfig {
 /// account, anything else is a "not found" page.
 pub async fn not_found(req: actix_web::HttpRequest) -> Result<HttpResponse, PageError> {
     if req.path() == "/" && req.method() == actix_web::http::Method::GET {
-        return Ok(see_other("/account", None));
+        return Ok(see_other("/account"));
     }
     Err(PageError::NotFound(
         "There is no page at this address.".to_owned(),

@@ -2,8 +2,8 @@
 //! or phone number, and answer or cancel pending payments. The same ledger rules
 //! as the API; these payments carry `medium: web`.
 
-use super::forms::{self, clean_path, sentence, FormState, PageForm};
-use super::session::{self, signed_in};
+use super::forms::{refuse, sentence, FormState, PageForm, PathId};
+use super::session::{self, SignedIn};
 use super::view::{see_other, when, PageError};
 use crate::domain::{
     now_micros, Amount, Audience, Email, Medium, Money, Note, PaymentAction, PaymentStatus, Phone,
@@ -13,7 +13,7 @@ use crate::ledger::payments::{self as rules, CreateError, PaymentRequest, Target
 use crate::state::AppState;
 use crate::store::{Payment, PaymentFilter, Store, StoreError, User, UserKey};
 use actix_session::Session;
-use actix_web::{web, HttpRequest, HttpResponse};
+use actix_web::{web, HttpResponse};
 use serde::Deserialize;
 use std::collections::HashMap;
 
@@ -96,18 +96,14 @@ fn row(p: &Payment, me: &str, names: &HashMap<String, String>) -> PaymentRow {
     }
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Default)]
+#[serde(default)]
 pub struct PayForm {
-    #[serde(default)]
     to: String,
-    #[serde(default)]
     amount: String,
-    #[serde(default)]
     note: String,
-    #[serde(default)]
     audience: String,
     /// `pay` or `request`.
-    #[serde(default)]
     kind: String,
 }
 
@@ -136,20 +132,12 @@ async fn recipient(store: &dyn Store, to: &str) -> Result<TargetAddress, String>
 /// `POST /account/payments`: pays or requests money; the answer is the account
 /// page, with the refused fields and their messages if any.
 pub async fn send(
-    req: HttpRequest,
     state: web::Data<AppState>,
     session: Session,
     form: PageForm<PayForm>,
+    SignedIn(user): SignedIn,
 ) -> Result<HttpResponse, PageError> {
-    session::check_form(&req, &state, &session, form.csrf_token())?;
-    let user = signed_in(&state, &session, "/account").await?;
-    let form = match form.into_checked() {
-        Ok(form) => form,
-        Err(refused) => {
-            forms::stash(&session, PAY_FORM, &refused);
-            return Ok(see_other("/account#pay", None));
-        }
-    };
+    let form = form.or_back(&session, PAY_FORM, "/account#pay")?;
     let store = state.store.as_ref();
     let mut refused = FormState::with_values(&[
         ("to", &form.to),
@@ -181,8 +169,7 @@ pub async fn send(
     let (Ok(target), Ok(amount), Ok(note), Ok(audience), Ok(request_money)) =
         (target, amount, note, audience, request_money)
     else {
-        forms::stash(&session, PAY_FORM, &refused);
-        return Ok(see_other("/account#pay", None));
+        return Err(refuse(&session, PAY_FORM, &refused, "/account#pay"));
     };
     let payment = PaymentRequest {
         target,
@@ -196,7 +183,7 @@ pub async fn send(
         audience,
         medium: Medium::Web,
     };
-    match rules::create(store, &user, payment, None, now_micros()).await {
+    let (field, message) = match rules::create(store, &user, payment, None, now_micros()).await {
         Ok(_) => {
             session::flash(
                 &session,
@@ -206,47 +193,39 @@ pub async fn send(
                     "Your payment is on its way."
                 },
             );
-            Ok(see_other("/account#payments", None))
+            return Ok(see_other("/account#payments"));
         }
-        Err(CreateError::AmountOutOfBounds(e)) => {
-            refused.error("amount", sentence(&e.to_string()));
-            forms::stash(&session, PAY_FORM, &refused);
-            Ok(see_other("/account#pay", None))
+        Err(CreateError::AmountOutOfBounds(e)) => ("amount", sentence(&e.to_string())),
+        Err(CreateError::InvalidTarget(message)) => ("to", sentence(&message)),
+        Err(CreateError::InsufficientFunds) => (
+            "amount",
+            "Your balance does not cover this payment.".to_owned(),
+        ),
+        Err(CreateError::IdempotencyConflict) => {
+            return Err(PageError::Unexpected(anyhow::anyhow!(
+                "an idempotency conflict without a key"
+            )))
         }
-        Err(CreateError::InvalidTarget(message)) => {
-            refused.error("to", sentence(&message));
-            forms::stash(&session, PAY_FORM, &refused);
-            Ok(see_other("/account#pay", None))
-        }
-        Err(CreateError::InsufficientFunds) => {
-            refused.error("amount", "Your balance does not cover this payment.");
-            forms::stash(&session, PAY_FORM, &refused);
-            Ok(see_other("/account#pay", None))
-        }
-        Err(CreateError::IdempotencyConflict) => Err(PageError::Unexpected(anyhow::anyhow!(
-            "an idempotency conflict without a key"
-        ))),
-        Err(CreateError::Store(e)) => Err(e.into()),
-    }
+        Err(CreateError::Store(e)) => return Err(e.into()),
+    };
+    refused.error(field, message);
+    Err(refuse(&session, PAY_FORM, &refused, "/account#pay"))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Default)]
+#[serde(default)]
 pub struct AnswerForm {
-    #[serde(default)]
     action: String,
 }
 
 /// `POST /account/payments/{id}`: approve, deny or cancel a pending payment.
 pub async fn answer(
-    req: HttpRequest,
     state: web::Data<AppState>,
     session: Session,
-    path: web::Path<String>,
     form: PageForm<AnswerForm>,
+    PathId(payment_id): PathId,
+    SignedIn(user): SignedIn,
 ) -> Result<HttpResponse, PageError> {
-    session::check_form(&req, &state, &session, form.csrf_token())?;
-    let user = signed_in(&state, &session, "/account").await?;
-    let payment_id = clean_path(path.into_inner())?;
     let action = form.into_checked().map(|f| f.action).unwrap_or_default();
     let Some(update) = Update::parse(&action) else {
         return Err(PageError::BadRequest(
@@ -289,5 +268,5 @@ pub async fn answer(
         },
     };
     session::flash(&session, &message);
-    Ok(see_other("/account#payments", None))
+    Ok(see_other("/account#payments"))
 }

@@ -4,11 +4,12 @@
 //! session cookie holds, and the row is deleted when shown: neither a copy of
 //! the database nor a copy of the cookie yields it.
 
-use super::view::PageError;
+use super::view::{HeadRequest, PageError};
 use crate::domain::now_micros;
 use crate::oauth::credentials;
 use crate::state::AppState;
 use actix_session::Session;
+use actix_web::{HttpMessage, HttpRequest};
 use aes_gcm::aead::{Aead, KeyInit};
 use aes_gcm::{Aes256Gcm, Key, Nonce};
 use serde::{Deserialize, Serialize};
@@ -79,12 +80,18 @@ pub async fn show_once(
 }
 
 /// The secret waiting for the page of `owner`, if any: shown now, never again.
+/// A HEAD request (routed as a GET) shows nothing and leaves it waiting: its
+/// answer has no body to show it in.
 pub async fn take(
+    req: &HttpRequest,
     state: &AppState,
     session: &Session,
     user_id: &str,
     owner: &str,
 ) -> Result<Option<OnceSecret>, PageError> {
+    if req.extensions().contains::<HeadRequest>() {
+        return Ok(None);
+    }
     let Some(pending) = session.get::<PendingReveal>(COOKIE_KEY).ok().flatten() else {
         return Ok(None);
     };

@@ -1,20 +1,19 @@
 //! The browser session: an encrypted, signed cookie (`HttpOnly`, `SameSite=Lax`,
-//! `Secure` under HTTPS) holding the signed-in user and the CSRF token.
+//! `Secure` under HTTPS) holding the signed-in user and the CSRF token; and the
+//! extractors through which page handlers get the user ([`SignedIn`],
+//! [`Developer`], [`CurrentUser`]), so none checks a sign-in by hand.
 
 use super::view::PageError;
 use crate::domain::now_micros;
 use crate::oauth::credentials;
 use crate::state::AppState;
 use crate::store::{User, UserKey};
-use actix_session::Session;
-use actix_web::HttpRequest;
+use actix_session::{Session, SessionExt};
+use actix_web::dev::Payload;
+use actix_web::http::Method;
+use actix_web::{web, FromRequest, HttpRequest};
+use futures_util::future::LocalBoxFuture;
 use subtle::ConstantTimeEq;
-
-/// A form that carries nothing but its CSRF token (a button).
-#[derive(serde::Deserialize)]
-pub struct CsrfForm {
-    pub csrf_token: Option<String>,
-}
 
 const USER_ID: &str = "uid";
 /// A random id for this signed-in session, so signing out can end it.
@@ -43,8 +42,9 @@ pub fn csrf_token(session: &Session) -> Result<String, PageError> {
 }
 
 /// Every POST from a page must carry the session's CSRF token and, when the
-/// browser says where it comes from, come from our own origin.
-pub fn check_form(
+/// browser says where it comes from, come from our own origin. Called by
+/// `guard::check_forms` for every POST of the pages.
+pub(super) fn check_form(
     req: &HttpRequest,
     state: &AppState,
     session: &Session,
@@ -176,13 +176,85 @@ pub fn safe_return_to(value: Option<&str>) -> String {
     }
 }
 
-/// The signed-in user, or the 303 to the sign-in page that comes back to `here`.
-pub async fn signed_in(state: &AppState, session: &Session, here: &str) -> Result<User, PageError> {
-    current_user(state, session)
-        .await?
-        .ok_or_else(|| PageError::SignInRequired {
-            return_to: here.to_owned(),
+/// The signed-in user of a request, if any.
+async fn user_of(req: HttpRequest) -> Result<Option<User>, PageError> {
+    let state = req
+        .app_data::<web::Data<AppState>>()
+        .ok_or_else(|| PageError::Unexpected(anyhow::anyhow!("no application state")))?;
+    current_user(state, &req.get_session()).await
+}
+
+/// Where signing in leads back to: a page itself, or, for a form, the page the
+/// form is on (an app's own page, else the first segment: `/account`,
+/// `/developer`).
+fn return_path(req: &HttpRequest) -> String {
+    let path = req.path();
+    if req.method() == Method::GET {
+        return path.to_owned();
+    }
+    match path.split('/').collect::<Vec<_>>().as_slice() {
+        ["", "developer", "apps", client_id, ..] => format!("/developer/apps/{client_id}"),
+        ["", first, ..] => format!("/{first}"),
+        _ => path.to_owned(),
+    }
+}
+
+/// The user a page is for, whether signed in or not (sign-in, sign-up, consent).
+pub struct CurrentUser(pub Option<User>);
+
+impl FromRequest for CurrentUser {
+    type Error = PageError;
+    type Future = LocalBoxFuture<'static, Result<Self, PageError>>;
+
+    fn from_request(req: &HttpRequest, _payload: &mut Payload) -> Self::Future {
+        let req = req.clone();
+        Box::pin(async move { user_of(req).await.map(Self) })
+    }
+}
+
+/// The signed-in user. A handler that takes it is never reached without one:
+/// the browser is sent to sign in, and back here (see [`return_path`]).
+pub struct SignedIn(pub User);
+
+impl FromRequest for SignedIn {
+    type Error = PageError;
+    type Future = LocalBoxFuture<'static, Result<Self, PageError>>;
+
+    fn from_request(req: &HttpRequest, _payload: &mut Payload) -> Self::Future {
+        let req = req.clone();
+        Box::pin(async move {
+            user_of(req.clone())
+                .await?
+                .map(Self)
+                .ok_or_else(|| PageError::SignInRequired {
+                    return_to: return_path(&req),
+                })
         })
+    }
+}
+
+/// The signed-in user of a verified account: the Developer tab's forms and
+/// app pages are theirs only.
+pub struct Developer(pub User);
+
+impl FromRequest for Developer {
+    type Error = PageError;
+    type Future = LocalBoxFuture<'static, Result<Self, PageError>>;
+
+    fn from_request(req: &HttpRequest, payload: &mut Payload) -> Self::Future {
+        let signed_in = SignedIn::from_request(req, payload);
+        Box::pin(async move {
+            let SignedIn(user) = signed_in.await?;
+            if user.verified {
+                Ok(Self(user))
+            } else {
+                Err(PageError::Forbidden(
+                    "Only verified accounts can use the Developer tab. Open the link we sent you first."
+                        .to_owned(),
+                ))
+            }
+        })
+    }
 }
 
 #[cfg(test)]

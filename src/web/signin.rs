@@ -1,11 +1,10 @@
 //! Signing in and out.
 
 use super::forms::{PageForm, PageQuery};
-use super::session::CsrfForm;
-use super::session::{self, safe_return_to};
+use super::session::{self, safe_return_to, CurrentUser};
 use super::view::{page, see_other, PageError};
+use crate::auth::throttle::{confirm_password, Attempt, Confirmation};
 use crate::domain::{Email, Phone, Username};
-use crate::oauth::throttle::{self, Attempt};
 use crate::state::AppState;
 use crate::store::{Store, StoreError, User, UserKey};
 use actix_session::Session;
@@ -30,15 +29,23 @@ pub struct ReturnTo {
 }
 
 pub async fn show(
-    state: web::Data<AppState>,
     session: Session,
+    CurrentUser(user): CurrentUser,
     PageQuery(query): PageQuery<ReturnTo>,
 ) -> Result<HttpResponse, PageError> {
     let return_to = safe_return_to(query.return_to.as_deref());
-    if session::current_user(&state, &session).await?.is_some() {
-        return Ok(see_other(&return_to, None));
+    if user.is_some() {
+        return Ok(see_other(&return_to));
     }
     sign_in_page(&session, return_to, None)
+}
+
+/// The sign-in page again (a 303), keeping where to go afterwards.
+fn back_to_sign_in(return_to: &str) -> HttpResponse {
+    let query = url::form_urlencoded::Serializer::new(String::new())
+        .append_pair("return_to", &safe_return_to(Some(return_to)))
+        .finish();
+    see_other(&format!("/signin?{query}"))
 }
 
 /// The sign-in form, which sends the browser on to `return_to` once signed in.
@@ -53,7 +60,7 @@ pub fn sign_in_page(
         error: session::take_flash(session),
         app_name,
     };
-    page(StatusCode::OK, &template, None)
+    page(StatusCode::OK, &template)
 }
 
 #[derive(Deserialize)]
@@ -69,38 +76,16 @@ pub async fn submit(
     session: Session,
     form: PageForm<SignInForm>,
 ) -> Result<HttpResponse, PageError> {
-    session::check_form(&req, &state, &session, form.csrf_token())?;
     let form = match form.into_checked() {
         Ok(form) => form,
         Err(refused) => {
-            let message = refused.messages().join(" ");
-            session::flash(&session, &message);
-            let back = format!(
-                "/signin?{}",
-                url::form_urlencoded::Serializer::new(String::new())
-                    .append_pair(
-                        "return_to",
-                        &safe_return_to(Some(refused.value("return_to")))
-                    )
-                    .finish()
-            );
-            return Ok(see_other(&back, None));
+            session::flash(&session, &refused.messages().join(" "));
+            return Ok(back_to_sign_in(refused.value("return_to")));
         }
     };
-    // The OAuth endpoints' per-address request limit holds here too: every
-    // attempt costs a password hash.
-    if let Err(wait) = state.rate_limits.check_oauth(client_ip(&req)) {
-        return Err(PageError::TooManyRequests {
-            retry_after_secs: wait.as_secs() + 1,
-        });
-    }
+    // Every attempt costs a password hash.
+    limit_per_address(&req, &state)?;
     let return_to = safe_return_to(form.return_to.as_deref());
-    let back = format!(
-        "/signin?{}",
-        url::form_urlencoded::Serializer::new(String::new())
-            .append_pair("return_to", &return_to)
-            .finish()
-    );
     let store = state.store.as_ref();
     let identifier = form.username.trim();
     let user = find_account(store, identifier).await?;
@@ -108,35 +93,30 @@ pub async fn submit(
         .as_ref()
         .map_or_else(|| identifier.to_lowercase(), |u| u.id.clone());
     let attempt = Attempt::new(&account_key, client_ip(&req));
-    let admitted =
-        throttle::admit(store, &attempt)
-            .await?
-            .map_err(|wait| PageError::TooManyRequests {
-                retry_after_secs: wait.as_secs() + 1,
-            })?;
     // The same work and the same answer whether the account exists or not.
-    let matched = state
-        .hasher
-        .verify(
-            user.as_ref().map(|u| u.password_hash.as_str()),
-            &form.password,
-        )
-        .await;
-    let user = match user {
-        Some(user) if matched => user,
+    let password_hash = user.as_ref().map(|u| u.password_hash.as_str());
+    let confirmation = confirm_password(
+        store,
+        &state.hasher,
+        &attempt,
+        password_hash,
+        &form.password,
+    )
+    .await?;
+    let user = match (confirmation, user) {
+        (Confirmation::Wait(wait), _) => return Err(PageError::wait(wait)),
+        (Confirmation::Confirmed, Some(user)) => user,
         _ => {
-            // Already counted as a failure when it was admitted.
             session::flash(&session, "Incorrect username or password.");
-            return Ok(see_other(&back, None));
+            return Ok(back_to_sign_in(&return_to));
         }
     };
-    throttle::succeeded(store, &attempt, admitted).await?;
     if user.suspended {
         session::flash(&session, "This account is suspended.");
-        return Ok(see_other(&back, None));
+        return Ok(back_to_sign_in(&return_to));
     }
     session::sign_in(&session, &user.id)?;
-    Ok(see_other(&return_to, None))
+    Ok(see_other(&return_to))
 }
 
 /// Accounts sign in with their username, or an e-mail address or phone number
@@ -166,6 +146,15 @@ async fn find_account(store: &dyn Store, identifier: &str) -> Result<Option<User
     }
 }
 
+/// Work that costs a password hash or a message is bounded per address: the
+/// OAuth endpoints' per-address request limit holds for it too.
+pub fn limit_per_address(req: &HttpRequest, state: &AppState) -> Result<(), PageError> {
+    state
+        .rate_limits
+        .check_oauth(client_ip(req))
+        .map_err(PageError::wait)
+}
+
 /// Who a request comes from, for throttling and rate limits: the connection's
 /// address (Tally does not trust forwarding headers: run it without a proxy, or
 /// make the proxy the only client). An IPv6 address stands for its /64, which
@@ -186,14 +175,11 @@ fn network_of(ip: IpAddr) -> IpAddr {
 }
 
 pub async fn sign_out(
-    req: HttpRequest,
     state: web::Data<AppState>,
     session: Session,
-    form: PageForm<CsrfForm>,
 ) -> Result<HttpResponse, PageError> {
-    session::check_form(&req, &state, &session, form.csrf_token())?;
     session::sign_out(&state, &session).await?;
-    Ok(see_other("/signin", None))
+    Ok(see_other("/signin"))
 }
 
 #[cfg(test)]

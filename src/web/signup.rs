@@ -1,13 +1,14 @@
 //! Signing up, and the verification links that follow.
 
 use super::forms::{self, sentence, FormState, PageForm, PageQuery};
-use super::session;
-use super::signin::client_ip;
-use super::view::{page, see_other, PageError};
+use super::session::{self, CurrentUser, SignedIn};
+use super::signin::limit_per_address;
+use super::view::{links_message, page, see_other, LinksWording, PageError};
 use crate::accounts::{self, CreateAccountError, NewAccount};
 use crate::domain::{Email, Password, Phone, Username};
 use crate::state::AppState;
-use crate::verification;
+use crate::store::User;
+use crate::verification::{self, Links};
 use actix_session::Session;
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
@@ -23,32 +24,29 @@ struct SignUpPage {
     form: FormState,
 }
 
-pub async fn show(state: web::Data<AppState>, session: Session) -> Result<HttpResponse, PageError> {
-    if session::current_user(&state, &session).await?.is_some() {
-        return Ok(see_other("/account", None));
+pub async fn show(
+    session: Session,
+    CurrentUser(user): CurrentUser,
+) -> Result<HttpResponse, PageError> {
+    if user.is_some() {
+        return Ok(see_other("/account"));
     }
     let template = SignUpPage {
         csrf_token: session::csrf_token(&session)?,
         form: forms::take(&session, FORM).unwrap_or_default(),
     };
-    page(StatusCode::OK, &template, None)
+    page(StatusCode::OK, &template)
 }
 
-#[derive(Deserialize)]
+#[derive(Clone, Deserialize, Default)]
+#[serde(default)]
 pub struct SignUpForm {
-    #[serde(default)]
     username: String,
-    #[serde(default)]
     first_name: String,
-    #[serde(default)]
     last_name: String,
-    #[serde(default)]
     email: String,
-    #[serde(default)]
     phone: String,
-    #[serde(default)]
     password: String,
-    #[serde(default)]
     password_confirm: String,
 }
 
@@ -135,27 +133,11 @@ pub async fn submit(
     session: Session,
     form: PageForm<SignUpForm>,
 ) -> Result<HttpResponse, PageError> {
-    session::check_form(&req, &state, &session, form.csrf_token())?;
-    // Each sign-up costs a password hash and a message: bounded per address.
-    if let Err(wait) = state.rate_limits.check_oauth(client_ip(&req)) {
-        return Err(PageError::TooManyRequests {
-            retry_after_secs: wait.as_secs() + 1,
-        });
-    }
-    let form = match form.into_checked() {
-        Ok(form) => form,
-        Err(refused) => {
-            forms::stash(&session, FORM, &refused);
-            return Ok(see_other("/signup", None));
-        }
-    };
-    let account = match parse(&form) {
-        Ok(account) => account,
-        Err(refused) => {
-            forms::stash(&session, FORM, &refused);
-            return Ok(see_other("/signup", None));
-        }
-    };
+    // Each sign-up costs a password hash and a message.
+    limit_per_address(&req, &state)?;
+    let (form, account) = form
+        .parse_with(|form| parse(form).map(|account| (form.clone(), account)))
+        .map_err(|refused| forms::refuse(&session, FORM, &refused, "/signup"))?;
     let user = match accounts::create(state.store.as_ref(), &state.hasher, account).await {
         Ok(user) => user,
         Err(CreateAccountError::Taken(field)) => {
@@ -175,33 +157,25 @@ pub async fn submit(
                 field,
                 format!("This {what} already belongs to an account. Sign in instead, or choose another."),
             );
-            forms::stash(&session, FORM, &refused);
-            return Ok(see_other("/signup", None));
+            return Err(forms::refuse(&session, FORM, &refused, "/signup"));
         }
         Err(CreateAccountError::Store(e)) => return Err(e.into()),
         Err(CreateAccountError::Unexpected(e)) => return Err(PageError::Unexpected(e)),
     };
     session::sign_in(&session, &user.id)?;
-    let message = match verification::send_links(
-        state.store.as_ref(),
-        &state.mailer,
-        &state.public_origin,
-        &user,
-    )
-    .await
-    {
-        Ok(sent) if sent.sent > 0 => format!(
-            "Welcome to Tally! We sent a verification link to {}. Open it to verify your account.",
-            user.email.as_deref().unwrap_or("your address")
-        ),
-        Ok(sent) => format!("Welcome to Tally! {}", held_message(&sent.held)),
-        Err(error) => {
-            tracing::error!(error = ?error, "cannot send verification links");
-            "Welcome to Tally! We could not send your verification link just now; use \"Send the link again\" below.".to_owned()
-        }
+    let links = send_links(&state, &user).await;
+    let sent = format!(
+        "Welcome to Tally! We sent a verification link to {}. Open it to verify your account.",
+        user.email.as_deref().unwrap_or("your address")
+    );
+    let wording = LinksWording {
+        nothing_to_send: "Welcome to Tally!",
+        sent: &sent,
+        only_held: "Welcome to Tally! ",
+        failed: "Welcome to Tally! We could not send your verification link just now; use \"Send the link again\" below.",
     };
-    session::flash(&session, &message);
-    Ok(see_other("/account", None))
+    session::flash(&session, &links_message(&links, &wording));
+    Ok(see_other("/account"))
 }
 
 #[derive(Deserialize)]
@@ -221,8 +195,8 @@ struct VerifyPage {
 /// The link opens a page with a button, so that mail scanners that fetch links
 /// do not spend it.
 pub async fn verify_page(
-    state: web::Data<AppState>,
     session: Session,
+    CurrentUser(user): CurrentUser,
     PageQuery(query): PageQuery<TokenQuery>,
 ) -> Result<HttpResponse, PageError> {
     let outcome = match session::take_flash(&session).as_deref() {
@@ -234,24 +208,22 @@ pub async fn verify_page(
         csrf_token: session::csrf_token(&session)?,
         token: query.token.clone().unwrap_or_default(),
         outcome,
-        signed_in: session::current_user(&state, &session).await?.is_some(),
+        signed_in: user.is_some(),
     };
-    page(StatusCode::OK, &template, None)
+    page(StatusCode::OK, &template)
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Default)]
+#[serde(default)]
 pub struct VerifyForm {
-    #[serde(default)]
     token: String,
 }
 
 pub async fn verify(
-    req: HttpRequest,
     state: web::Data<AppState>,
     session: Session,
     form: PageForm<VerifyForm>,
 ) -> Result<HttpResponse, PageError> {
-    session::check_form(&req, &state, &session, form.csrf_token())?;
     let verified = match form.into_checked() {
         Ok(form) => {
             verification::verify(state.store.as_ref(), &state.settings, &form.token).await?
@@ -266,30 +238,17 @@ pub async fn verify(
             "not-verified"
         },
     );
-    Ok(see_other("/verify", None))
+    Ok(see_other("/verify"))
 }
 
-/// What to tell about addresses that had too many links lately: when each
-/// can have another.
-pub fn held_message(held: &[(String, i64)]) -> String {
-    let now = crate::domain::now_micros();
-    held.iter()
-        .map(|(address, next)| {
-            let at = chrono::DateTime::<chrono::Utc>::from_timestamp_micros(*next)
-                .map(|t| t.format("%Y-%m-%d %H:%M:%S UTC").to_string())
-                .unwrap_or_default();
-            let seconds = (next.saturating_sub(now) + 999_999) / 1_000_000;
-            format!(
-                "A link to {address} was sent a moment ago or too often today (at most one a \
-                 minute and ten a day), so none was sent now: you can ask for another at {at} \
-                 (in {}).",
-                humantime::format_duration(std::time::Duration::from_secs(
-                    u64::try_from(seconds).unwrap_or(0)
-                ))
-            )
-        })
-        .collect::<Vec<_>>()
-        .join(" ")
+async fn send_links(state: &AppState, user: &User) -> Links {
+    verification::send_links(
+        state.store.as_ref(),
+        &state.mailer,
+        &state.public_origin,
+        user,
+    )
+    .await
 }
 
 /// Sends the signed-in user's verification links again.
@@ -297,39 +256,16 @@ pub async fn resend(
     req: HttpRequest,
     state: web::Data<AppState>,
     session: Session,
-    form: PageForm<session::CsrfForm>,
+    SignedIn(user): SignedIn,
 ) -> Result<HttpResponse, PageError> {
-    session::check_form(&req, &state, &session, form.csrf_token())?;
-    let Some(user) = session::current_user(&state, &session).await? else {
-        return Ok(see_other("/signin?return_to=%2Faccount", None));
+    limit_per_address(&req, &state)?;
+    let links = send_links(&state, &user).await;
+    let wording = LinksWording {
+        nothing_to_send: "Your account is already verified.",
+        sent: "We sent a new verification link.",
+        only_held: "",
+        failed: "We could not send the link just now. Try again later.",
     };
-    if let Err(wait) = state.rate_limits.check_oauth(client_ip(&req)) {
-        return Err(PageError::TooManyRequests {
-            retry_after_secs: wait.as_secs() + 1,
-        });
-    }
-    let message = match verification::send_links(
-        state.store.as_ref(),
-        &state.mailer,
-        &state.public_origin,
-        &user,
-    )
-    .await
-    {
-        Ok(sent) if sent.sent == 0 && sent.held.is_empty() => {
-            "Your account is already verified.".to_owned()
-        }
-        Ok(sent) if sent.held.is_empty() => "We sent a new verification link.".to_owned(),
-        Ok(sent) if sent.sent == 0 => held_message(&sent.held),
-        Ok(sent) => format!(
-            "We sent a new verification link. {}",
-            held_message(&sent.held)
-        ),
-        Err(error) => {
-            tracing::error!(error = ?error, "cannot send verification links");
-            "We could not send the link just now. Try again later.".to_owned()
-        }
-    };
-    session::flash(&session, &message);
-    Ok(see_other("/account", None))
+    session::flash(&session, &links_message(&links, &wording));
+    Ok(see_other("/account"))
 }

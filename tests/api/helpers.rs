@@ -141,13 +141,22 @@ impl TestApp {
     }
 
     pub async fn spawn_with(backend: Backend, adjust: impl FnOnce(&mut Settings)) -> Option<Self> {
+        Self::spawn_with_pages(backend, adjust, |_| {}).await
+    }
+
+    /// The real application with `extra` page routes inside the pages' scope.
+    pub async fn spawn_with_pages(
+        backend: Backend,
+        adjust: impl FnOnce(&mut Settings),
+        extra: tally::web::ExtraPages,
+    ) -> Option<Self> {
         let db = TestDb::new(backend).await?;
         let mut settings = test_settings(&db);
         adjust(&mut settings);
         let store = startup::open_store(&settings)
             .await
             .expect("open the store");
-        let app = Application::build(settings, store.clone())
+        let app = Application::build_with_extra_pages(settings, store.clone(), extra)
             .await
             .expect("build the application");
         let origin = app.public_origin().to_owned();

@@ -19,6 +19,7 @@ mod oauth;
 mod oauth_hardening;
 mod openapi;
 mod pages;
+mod pages_guard;
 mod pages_hardening;
 mod payments_api;
 mod real_browser;

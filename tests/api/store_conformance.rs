@@ -814,8 +814,9 @@ async fn a_refresh_token_rotates_once_for_its_own_client_while_live(backend: Bac
     let RefreshUse::Rotated(rotated) = outcome else {
         panic!("{outcome:?}");
     };
-    assert_eq!(rotated.id, "g1");
-    assert_eq!(rotated.user_id, owner.id);
+    assert_eq!(rotated.grant_id, "g1");
+    assert_eq!(rotated.user.id, owner.id);
+    assert_eq!(rotated.user.username, owner.username);
     for (digest, kind, scopes) in [
         ("a2", "access", "access_profile"),
         ("r2", "refresh", "access_profile make_payments"),

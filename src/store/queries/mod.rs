@@ -7,7 +7,8 @@
 //! What a backend supplies is named here and nowhere else: the items in the
 //! `use super::…` below (its sqlx database `Db`, its store `ThisStore`, its
 //! `NAME`, and its dialect: the two constants `SKIP_LOCKED` and `KEY_LOCK`, the
-//! new-payment statements `HOLD_SQL` and `CHARGE_SQL`, `LOCK_SETTLED_TARGETS`,
+//! new-payment statements `HOLD_SQL` and `CHARGE_SQL` (and `HOLD_BATCH` and
+//! `CHARGE_BATCH`, the same as whole transactions), `LOCK_SETTLED_TARGETS`,
 //! and the audit's planner settings), and its connection handling, the
 //! `Connections` trait. The files below take what they need from this module by
 //! name.
@@ -18,10 +19,10 @@ mod payments;
 mod users;
 
 use super::{
-    Db, ThisStore, AUDIT_SETTINGS, AUDIT_SUSPECTS_SETTINGS, CHARGE_SQL, HOLD_SQL, KEY_LOCK,
-    LOCK_SETTLED_TARGETS, NAME, SKIP_LOCKED,
+    Db, ThisStore, AUDIT_SETTINGS, AUDIT_SUSPECTS_SETTINGS, CHARGE_BATCH, CHARGE_SQL, HOLD_BATCH,
+    HOLD_SQL, KEY_LOCK, LOCK_SETTLED_TARGETS, NAME, SKIP_LOCKED,
 };
-use crate::store::pool::RevocationEpoch;
+use crate::store::pool::{BatchFuture, RevocationEpoch};
 use crate::store::{Store, StoreError};
 use sqlx::{Pool, Transaction};
 
@@ -41,6 +42,15 @@ pub(super) trait Connections {
     fn reader(&self) -> &Pool<Db>;
     /// Begins a write transaction.
     async fn write(&self) -> Result<Transaction<'static, Db>, StoreError>;
+    /// Runs `batch`, a write that is a whole transaction of its own (on SQLite
+    /// it begins with `BEGIN IMMEDIATE` and ends with `COMMIT`), on a
+    /// connection it lends: one trip to the database.
+    async fn write_batch<O, F>(&self, batch: F) -> Result<O, StoreError>
+    where
+        O: Send + 'static,
+        F: for<'c> FnOnce(&'c mut <Db as sqlx::Database>::Connection) -> BatchFuture<'c, O>
+            + Send
+            + 'static;
     /// Where a write that is one statement may run as its own transaction;
     /// `None`: every write goes through `write`.
     fn statement_pool(&self) -> Option<&Pool<Db>>;

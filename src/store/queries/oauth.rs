@@ -4,8 +4,8 @@
 
 use super::{Connections, Db, ThisStore};
 use crate::store::{
-    App, CodeRecord, CodeUse, Grant, NewApp, NewCode, NewGrant, NewToken, OAuthStore, RefreshUse,
-    StoreError, TokenRecord,
+    App, CodeRecord, CodeUse, NewApp, NewCode, NewGrant, NewToken, OAuthStore, RefreshUse,
+    RotatedGrant, StoreError, TokenRecord,
 };
 
 #[async_trait::async_trait]
@@ -408,8 +408,10 @@ impl OAuthStore for ThisStore {
         // the grant, sent at once: on PostgreSQL one statement (its own
         // transaction, one round trip); on SQLite one batch inside
         // `BEGIN IMMEDIATE`, rolled back when nothing was spent.
-        let grant_columns = "g.id, g.user_id, g.client_id, g.scopes, g.flow, \
-                             g.created_at, g.last_used_at, g.revoked_at";
+        let grant_columns = format!(
+            "g.id AS grant_id, g.scopes AS grant_scopes, {}",
+            crate::store::payments::prefixed(crate::store::sql::USER_COLUMNS, "u")
+        );
         let spend = |query: &mut sqlx::QueryBuilder<'_, Db>| {
             query
                 .push("UPDATE oauth_tokens SET used_at = ")
@@ -464,17 +466,23 @@ impl OAuthStore for ThisStore {
                 }
                 query.push(format!(
                     " SELECT {grant_columns} FROM oauth_grants g \
-                     JOIN spent ON spent.grant_id = g.id"
+                     JOIN spent ON spent.grant_id = g.id \
+                     JOIN users u ON u.id = g.user_id"
                 ));
-                query.build_query_as::<Grant>().fetch_optional(pool).await?
+                query
+                    .build_query_as::<RotatedGrant>()
+                    .fetch_optional(pool)
+                    .await?
             }
             None => {
+                query.push("BEGIN IMMEDIATE; ");
                 spend(&mut query);
                 // changes(): the rows the spend just changed.
                 query
                     .push(format!(
                         "; SELECT {grant_columns} FROM oauth_grants g \
                          JOIN oauth_tokens t ON t.grant_id = g.id \
+                         JOIN users u ON u.id = g.user_id \
                          WHERE changes() = 1 AND t.digest = "
                     ))
                     .push_bind(digest.to_owned());
@@ -486,31 +494,28 @@ impl OAuthStore for ThisStore {
                          v.column4, v.column5 FROM oauth_tokens t, ",
                     );
                     successor_values(&mut query);
+                    // Only after a spend (a SELECT leaves changes() alone).
                     query
-                        .push(" AS v WHERE t.digest = ")
+                        .push(" AS v WHERE changes() = 1 AND t.digest = ")
                         .push_bind(digest.to_owned());
                 }
-                let mut tx = self.write().await?;
-                // Every row, so that each statement runs.
-                let grant = query
-                    .build_query_as::<Grant>()
-                    .fetch_all(&mut *tx)
-                    .await?
-                    .pop();
-                match grant {
-                    Some(grant) => {
-                        tx.commit().await?;
-                        Some(grant)
-                    }
-                    None => {
-                        tx.rollback().await?;
-                        None
-                    }
-                }
+                query.push("; COMMIT");
+                // One trip, a transaction of its own; every row, so
+                // that each statement runs.
+                self.write_batch(move |conn| {
+                    Box::pin(async move {
+                        Ok(query
+                            .build_query_as::<RotatedGrant>()
+                            .fetch_all(conn)
+                            .await?
+                            .pop())
+                    })
+                })
+                .await?
             }
         };
         if let Some(grant) = spent {
-            return Ok(RefreshUse::Rotated(grant));
+            return Ok(RefreshUse::Rotated(Box::new(grant)));
         }
         let mut tx = self.write().await?;
         let used: Option<(String, Option<i64>)> = sqlx::query_as(

@@ -4,8 +4,8 @@
 //! changes state exactly once however many instances race for it.
 
 use super::{
-    Connections, Db, ThisStore, AUDIT_SETTINGS, AUDIT_SUSPECTS_SETTINGS, CHARGE_SQL, HOLD_SQL,
-    LOCK_SETTLED_TARGETS, SKIP_LOCKED,
+    Args, Connections, Db, ThisStore, AUDIT_SETTINGS, AUDIT_SUSPECTS_SETTINGS, CHARGE_BATCH,
+    CHARGE_SQL, HOLD_BATCH, HOLD_SQL, LOCK_SETTLED_TARGETS, SKIP_LOCKED,
 };
 use crate::store::{AccountBalance, AuditSnapshot, LedgerSum, Movement, PaymentStore, StoreError};
 
@@ -70,7 +70,7 @@ impl ThisStore {
             ") VALUES \
              ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)",
         );
-        Self::bind_payment(sqlx::query(SQL), p)
+        Self::bind_payment(sqlx::query(SQL), p.clone())
             .execute(&mut **tx)
             .await?;
         Ok(())
@@ -78,50 +78,42 @@ impl ThisStore {
 
     /// Binds `$1`..`$17`: the payment row in `PAYMENT_COLUMNS` order.
     fn bind_payment<'q>(
-        query: sqlx::query::Query<'q, Db, <Db as sqlx::Database>::Arguments<'q>>,
-        p: &'q crate::store::Payment,
-    ) -> sqlx::query::Query<'q, Db, <Db as sqlx::Database>::Arguments<'q>> {
+        query: sqlx::query::Query<'q, Db, Args<'q>>,
+        p: crate::store::Payment,
+    ) -> sqlx::query::Query<'q, Db, Args<'q>> {
         query
-            .bind(&p.id)
+            .bind(p.id)
             .bind(p.kind.as_str())
-            .bind(&p.actor_id)
+            .bind(p.actor_id)
             .bind(p.target_type.as_str())
-            .bind(&p.target_user_id)
-            .bind(&p.target_email)
-            .bind(&p.target_phone)
+            .bind(p.target_user_id)
+            .bind(p.target_email)
+            .bind(p.target_phone)
             .bind(p.action.as_str())
             .bind(p.amount_cents)
-            .bind(&p.note)
+            .bind(p.note)
             .bind(p.audience.as_str())
             .bind(p.status.as_str())
             .bind(p.medium.as_str())
             .bind(p.date_created)
             .bind(p.date_completed)
             .bind(p.reached_account_at)
-            .bind(&p.refund_payment_id)
+            .bind(p.refund_payment_id)
     }
 
-    /// Writes a new payment with its parties and, for a pay, the hold:
-    /// `HOLD_SQL` or `CHARGE_SQL` in one call. Returns the actor's
-    /// balance afterwards, or None when a pay is not covered (the caller
-    /// then rolls back: on SQLite the rows were already written).
-    async fn record_payment<'e, E>(
-        executor: E,
+    /// The statements that write a new payment with its parties and, for a
+    /// pay, the hold the ledger decided (`sql`: `HOLD_SQL` or `CHARGE_SQL`, or
+    /// their `_BATCH` forms), with every value bound. Each returns the actor's
+    /// balance afterwards; a pay returns none when it is not covered.
+    fn payment_statements(
         insert: &crate::store::PaymentInsert,
-    ) -> Result<Option<i64>, StoreError>
-    where
-        E: sqlx::Executor<'e, Database = Db>,
-    {
+        sql: &'static str,
+    ) -> Result<sqlx::query::Query<'static, Db, Args<'static>>, StoreError> {
         let p = &insert.payment;
-        let sql = if insert.hold.is_some() {
-            HOLD_SQL
-        } else {
-            CHARGE_SQL
-        };
-        let mut query = Self::bind_payment(sqlx::query(sql), p);
+        let mut query = Self::bind_payment(sqlx::query(sql), p.clone());
         if let Some(hold) = &insert.hold {
-            // The statement debits the payment's actor by its amount at
-            // its time; a hold of anything else is not what it writes.
+            // The statements debit the payment's actor by its amount at its
+            // time; a hold of anything else is not what they write.
             if p.actor_id.as_deref() != Some(hold.from.as_str())
                 || hold.cents != p.amount_cents
                 || hold.at != p.date_created
@@ -130,17 +122,46 @@ impl ThisStore {
                     "a hold must move the payment's amount from its actor"
                 )));
             }
-            query = query.bind(&hold.id).bind(&hold.to).bind(hold.kind.as_str());
+            query = query
+                .bind(hold.id.clone())
+                .bind(hold.to.clone())
+                .bind(hold.kind.as_str());
         }
-        // Every row, so that each of SQLite's statements runs.
-        let balance = match query.fetch_all(executor).await?.pop() {
-            Some(row) => Some(sqlx::Row::try_get::<i64, _>(&row, 0)?),
+        Ok(query)
+    }
+
+    /// The actor's balance from the rows the payment statements returned;
+    /// None when a pay is not covered.
+    fn recorded_balance(
+        insert: &crate::store::PaymentInsert,
+        rows: &[<Db as sqlx::Database>::Row],
+    ) -> Result<Option<i64>, StoreError> {
+        let balance = match rows.last() {
+            Some(row) => Some(sqlx::Row::try_get::<i64, _>(row, 0)?),
             None => None,
         };
         if balance.is_none() && insert.hold.is_none() {
             return Err(StoreError::NotFound("user"));
         }
         Ok(balance)
+    }
+
+    /// Writes a new payment inside the caller's transaction; see
+    /// [`Self::payment_statements`].
+    async fn record_payment(
+        tx: &mut sqlx::Transaction<'static, Db>,
+        insert: &crate::store::PaymentInsert,
+    ) -> Result<Option<i64>, StoreError> {
+        let sql = if insert.hold.is_some() {
+            HOLD_SQL
+        } else {
+            CHARGE_SQL
+        };
+        // Every row, so that each of SQLite's statements runs.
+        let rows = Self::payment_statements(insert, sql)?
+            .fetch_all(&mut **tx)
+            .await?;
+        Self::recorded_balance(insert, &rows)
     }
 
     async fn payment_in(
@@ -245,17 +266,17 @@ impl PaymentStore for ThisStore {
             None => InsertOutcome::InsufficientFunds,
         };
         let Some(key) = &insert.idempotency else {
-            if let Some(pool) = self.statement_pool() {
-                return Ok(created(Self::record_payment(pool, insert).await?));
-            }
-            let mut tx = self.write().await?;
-            let balance = Self::record_payment(&mut *tx, insert).await?;
-            // A short balance rolls back at once: the row locks go now.
-            match balance {
-                Some(_) => tx.commit().await?,
-                None => tx.rollback().await?,
-            }
-            return Ok(created(balance));
+            // One trip: the statements are a transaction of their own.
+            let sql = if insert.hold.is_some() {
+                HOLD_BATCH
+            } else {
+                CHARGE_BATCH
+            };
+            let statements = Self::payment_statements(insert, sql)?;
+            let rows = self
+                .write_batch(move |conn| Box::pin(statements.fetch_all(conn)))
+                .await?;
+            return Ok(created(Self::recorded_balance(insert, &rows)?));
         };
         let mut tx = self.write().await?;
         if !Self::take_idempotency_key(&mut tx, key).await? {
@@ -278,7 +299,7 @@ impl PaymentStore for ThisStore {
             tx.commit().await?;
             return Ok(outcome);
         }
-        let Some(balance) = Self::record_payment(&mut *tx, insert).await? else {
+        let Some(balance) = Self::record_payment(&mut tx, insert).await? else {
             // Rolled back now, not when the connection is next used:
             // the key and the row locks go at once.
             tx.rollback().await?;

@@ -2,8 +2,10 @@
 //! and per client IP over 15 minutes. Past 5 for a pair, or 20 for an IP, each
 //! further attempt must wait a back-off that doubles from 30 seconds up to 15
 //! minutes. A right password from another address is never affected, so no one
-//! can lock another person out.
+//! can lock another person out. Every typed password is checked through
+//! [`confirm_password`]: sign-in and the contact change alike.
 
+use super::password::PasswordHasher;
 use crate::domain::{micros, now_micros};
 use crate::store::{Store, StoreError};
 use std::net::IpAddr;
@@ -49,7 +51,7 @@ pub struct Admitted {
 /// transaction as the decision: parallel attempts cannot all pass the check
 /// before any of them is counted.
 #[tracing::instrument(skip_all)]
-pub async fn admit(
+async fn admit(
     store: &dyn Store,
     attempt: &Attempt,
 ) -> Result<Result<Admitted, Duration>, StoreError> {
@@ -78,7 +80,7 @@ pub async fn admit(
 
 /// A right password: this attempt was no failure, and the pair's earlier
 /// failures are forgotten (the address's remain).
-pub async fn succeeded(
+async fn succeeded(
     store: &dyn Store,
     attempt: &Attempt,
     admitted: Admitted,
@@ -90,6 +92,37 @@ pub async fn succeeded(
             admitted.at,
         )
         .await
+}
+
+/// What a typed password proved.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Confirmation {
+    Confirmed,
+    Refused,
+    /// Too many failures lately: nothing was checked; try again after this.
+    Wait(Duration),
+}
+
+/// Checks `password` against an account's `password_hash`, throttled: the
+/// attempt is admitted (or must wait) and counted as a failure before the hash
+/// is checked, and forgotten when the password is right. `None` stands for an
+/// account that does not exist: the same work is done, and it is refused.
+pub async fn confirm_password(
+    store: &dyn Store,
+    hasher: &PasswordHasher,
+    attempt: &Attempt,
+    password_hash: Option<&str>,
+    password: &str,
+) -> Result<Confirmation, StoreError> {
+    let admitted = match admit(store, attempt).await? {
+        Ok(admitted) => admitted,
+        Err(wait) => return Ok(Confirmation::Wait(wait)),
+    };
+    if !hasher.verify(password_hash, password).await {
+        return Ok(Confirmation::Refused);
+    }
+    succeeded(store, attempt, admitted).await?;
+    Ok(Confirmation::Confirmed)
 }
 
 #[cfg(test)]
