@@ -60,6 +60,20 @@ pub(super) trait Connections {
     fn revocations(&self) -> &RevocationEpoch;
 }
 
+/// Appends the values, each bound, separated by commas: the inside of an
+/// `IN (…)` list.
+fn push_binds<'args, T>(
+    query: &mut sqlx::QueryBuilder<'args, Db>,
+    values: impl IntoIterator<Item = T>,
+) where
+    T: 'args + sqlx::Encode<'args, Db> + sqlx::Type<Db>,
+{
+    let mut list = query.separated(", ");
+    for value in values {
+        list.push_bind(value);
+    }
+}
+
 impl ThisStore {
     /// Runs one statement in a write transaction of its own; how many rows it
     /// changed.

@@ -4,8 +4,8 @@
 //! changes state exactly once however many instances race for it.
 
 use super::{
-    Args, Connections, Db, ThisStore, AUDIT_SETTINGS, AUDIT_SUSPECTS_SETTINGS, CHARGE_BATCH,
-    CHARGE_SQL, HOLD_BATCH, HOLD_SQL, LOCK_SETTLED_TARGETS, SKIP_LOCKED,
+    push_binds, Args, Connections, Db, ThisStore, AUDIT_SETTINGS, AUDIT_SUSPECTS_SETTINGS,
+    CHARGE_BATCH, CHARGE_SQL, HOLD_BATCH, HOLD_SQL, LOCK_SETTLED_TARGETS, SKIP_LOCKED,
 };
 use crate::store::{AccountBalance, AuditSnapshot, LedgerSum, Movement, PaymentStore, StoreError};
 
@@ -420,10 +420,7 @@ impl PaymentStore for ThisStore {
             return Ok(Vec::new());
         }
         let push_ids = |query: &mut sqlx::QueryBuilder<'_, Db>| {
-            let mut list = query.separated(", ");
-            for s in settlements {
-                list.push_bind(s.payment_id.clone());
-            }
+            push_binds(query, settlements.iter().map(|s| s.payment_id.clone()));
         };
         let mut tx = self.write().await?;
         if let Some((head, tail)) = LOCK_SETTLED_TARGETS {
@@ -467,10 +464,10 @@ impl PaymentStore for ThisStore {
                 .push_bind(*cents);
         }
         credit.push(" END WHERE id IN (");
-        let mut list = credit.separated(", ");
-        for account in credits.keys() {
-            list.push_bind(account.to_string());
-        }
+        push_binds(
+            &mut credit,
+            credits.keys().map(|account| account.to_string()),
+        );
         credit.push(")");
         credit.build().execute(&mut *tx).await?;
         let movements: std::collections::HashMap<&str, &str> = settlements
@@ -516,10 +513,7 @@ impl PaymentStore for ThisStore {
             " FROM payments WHERE id IN (",
         );
         let mut query = sqlx::QueryBuilder::<Db>::new(SQL);
-        let mut list = query.separated(", ");
-        for id in ids {
-            list.push_bind(id.clone());
-        }
+        push_binds(&mut query, ids.iter().cloned());
         query.push(")");
         Ok(query
             .build_query_as::<crate::store::Payment>()
@@ -582,18 +576,12 @@ impl PaymentStore for ThisStore {
         }
         if !f.actor_ids.is_empty() {
             query.push(" AND p.actor_id IN (");
-            let mut list = query.separated(", ");
-            for id in &f.actor_ids {
-                list.push_bind(id.clone());
-            }
+            push_binds(&mut query, f.actor_ids.iter().cloned());
             query.push(")");
         }
         if !f.statuses.is_empty() {
             query.push(" AND p.status IN (");
-            let mut list = query.separated(", ");
-            for status in &f.statuses {
-                list.push_bind(status.as_str());
-            }
+            push_binds(&mut query, f.statuses.iter().map(|status| status.as_str()));
             query.push(")");
         }
         query
@@ -760,10 +748,7 @@ impl PaymentStore for ThisStore {
                  FROM ledger_entries WHERE payment_id IN (",
             );
             for query in [&mut payments_query, &mut entries_query] {
-                let mut list = query.separated(", ");
-                for id in ids {
-                    list.push_bind(id.clone());
-                }
+                push_binds(query, ids.iter().cloned());
                 query.push(")");
             }
             let mut payments = payments_query

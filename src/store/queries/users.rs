@@ -1,6 +1,6 @@
 //! Users and their friendships.
 
-use super::{Connections, Db, ThisStore};
+use super::{push_binds, Connections, Db, ThisStore};
 use crate::store::{NewUser, StoreError, User, UserFlags, UserKey, UserStore};
 
 impl ThisStore {
@@ -13,10 +13,7 @@ impl ThisStore {
             "SELECT {} FROM users WHERE {condition} (",
             crate::store::sql::USER_COLUMNS
         ));
-        let mut list = query.separated(", ");
-        for value in binds {
-            list.push_bind(value.clone());
-        }
+        push_binds(&mut query, binds.iter().cloned());
         query.push(")");
         Ok(query
             .build_query_as::<crate::store::User>()
