@@ -391,6 +391,7 @@ async fn start_tally(url: &DatabaseUrl) -> (String, Arc<dyn Store>) {
     let mut settings = Settings::from_lookup(|_| None).unwrap();
     settings.listen = "127.0.0.1:0".parse().unwrap();
     settings.api_rate_limit = std::num::NonZeroU32::MAX;
+    settings.oauth_rate_limit = std::num::NonZeroU32::MAX;
     settings.database_url = url.clone();
     let store = startup::open_store(&settings).await.unwrap();
     let app = Application::build(settings, store.clone()).await.unwrap();

@@ -131,12 +131,14 @@ def parse(mod: tuple):
         segs = m.group(1).split("::")
         uses.append(absolute(segs, mod, depth_at(m.start())))
     # A parent names its children's items by the child's name (`account::show`).
+    children = set()
     for child in re.findall(r"^\s*(?:pub(?:\([^)]*\))?\s+)?mod\s+(\w+)\s*;", text, flags=re.M):
-        if mod + (child,) in FILES:
-            aliases.setdefault(child, list(mod + (child,)))
+        if mod + (child,) in FILES and child not in aliases:
+            aliases[child] = list(mod + (child,))
+            children.add(child)
     for name, full in aliases.items():
         hits = re.findall(r"(?<![\w:])" + name + r"((?:::\w+)+)", text)
-        if not hits:
+        if not hits and name not in children:
             uses.append(full)
         for rest in hits:
             uses.append(full + rest.split("::")[1:])

@@ -82,8 +82,8 @@ async fn try_send_links(
     user: &User,
 ) -> Result<Sent, SendError> {
     let limits = SendLimits {
-        min_gap: crate::oauth::tokens::micros(SEND_GAP),
-        window: crate::oauth::tokens::micros(SEND_WINDOW),
+        min_gap: crate::domain::micros(SEND_GAP),
+        window: crate::domain::micros(SEND_WINDOW),
         per_window: SENDS_PER_DAY,
     };
     let mut outcome = Sent::default();
@@ -102,7 +102,7 @@ async fn try_send_links(
                 channel: *channel,
                 address: address.clone(),
                 created_at: now,
-                expires_at: now.saturating_add(crate::oauth::tokens::micros(LINK_TTL)),
+                expires_at: now.saturating_add(crate::domain::micros(LINK_TTL)),
             })
             .await?;
         let link = format!("{public_origin}/verify?token={token}");

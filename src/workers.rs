@@ -80,7 +80,7 @@ where
 /// Deletes, as of `now`, every row the retention rules no longer need
 /// (README, "Retention"); how many. `now` is a parameter so tests move time on.
 pub async fn purge(store: &dyn Store, now: i64) -> Result<u64, StoreError> {
-    let before = |d: Duration| now.saturating_sub(crate::oauth::tokens::micros(d));
+    let before = |d: Duration| now.saturating_sub(crate::domain::micros(d));
     store
         .purge(&Retention {
             codes_before: before(CODE_RETENTION),

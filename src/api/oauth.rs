@@ -7,7 +7,8 @@ use super::principal::Principal;
 use super::render::UserView;
 use super::ApiError;
 use crate::domain::{has_forbidden_control, Lines, Money, Scope, ScopeSet};
-use crate::oauth::grants::{self, GrantError, GrantRequest};
+use crate::oauth::client_auth::{self, GrantError};
+use crate::oauth::grants::{self, GrantRequest};
 use crate::oauth::tokens::introspect_for_client;
 use crate::oauth::{credentials, IntrospectError};
 use crate::state::AppState;
@@ -239,7 +240,7 @@ async fn authenticate_client(
     params: &OAuthParams,
 ) -> Result<App, OAuthError> {
     let credentials = client_credentials(req, params)?;
-    grants::authenticate_client(state.store.as_ref(), &credentials.id, &credentials.secret)
+    client_auth::authenticate_client(state.store.as_ref(), &credentials.id, &credentials.secret)
         .await
         .map_err(|e| credentials.refusal(e))
 }

@@ -222,9 +222,9 @@ pub async fn list(
         .store
         .list_payments(&PaymentFilter {
             owner_id: principal.user.id.clone(),
-            action: action.map(PaymentAction::as_str),
+            action,
             actor_ids: actor_ids.clone(),
-            statuses: statuses.iter().map(|s| s.as_str()).collect(),
+            statuses: statuses.clone(),
             after,
             before: before.map(|at| (at, before_id)),
             limit: limit + 1,

@@ -168,16 +168,16 @@ impl Related {
         };
         PaymentView {
             id: p.id.clone(),
-            status: p.status.clone(),
-            action: p.action.clone(),
+            status: p.status.as_str().to_owned(),
+            action: p.action.as_str().to_owned(),
             amount: Money::from_cents(p.amount_cents),
             note: p.note.clone(),
-            audience: p.audience.clone(),
+            audience: p.audience.as_str().to_owned(),
             date_created: format_datetime(p.date_created),
             date_completed: p.date_completed.map(format_datetime),
             actor: self.user(p.actor_id.as_ref()),
             target: TargetView {
-                kind: p.target_type.clone(),
+                kind: p.target_type.as_str().to_owned(),
                 email,
                 phone,
                 user: target_user,
@@ -188,7 +188,7 @@ impl Related {
                 .as_ref()
                 .and_then(|id| self.refunds.get(id))
                 .map(|r| Box::new(self.view(r))),
-            medium: p.medium.clone(),
+            medium: p.medium.as_str().to_owned(),
         }
     }
 }

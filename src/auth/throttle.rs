@@ -6,7 +6,7 @@
 //! [`confirm_password`]: sign-in and the contact change alike.
 
 use super::password::PasswordHasher;
-use crate::domain::now_micros;
+use crate::domain::{micros, now_micros};
 use crate::store::{Store, StoreError};
 use std::net::IpAddr;
 use std::time::Duration;
@@ -123,10 +123,6 @@ pub async fn confirm_password(
     }
     succeeded(store, attempt, admitted).await?;
     Ok(Confirmation::Confirmed)
-}
-
-fn micros(d: Duration) -> i64 {
-    i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
 }
 
 #[cfg(test)]

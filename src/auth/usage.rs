@@ -42,7 +42,7 @@ impl GrantUsage {
         let grant_id = grant_id.to_owned();
         tokio::spawn(async move {
             let now = now_micros();
-            let stale_before = now.saturating_sub(crate::oauth::tokens::micros(RESOLUTION));
+            let stale_before = now.saturating_sub(crate::domain::micros(RESOLUTION));
             if let Err(error) = store.touch_grant(&grant_id, now, stale_before).await {
                 tracing::warn!(%error, "cannot record the use of a grant");
             }

@@ -17,11 +17,15 @@ mod properties;
 pub use amount::{Amount, AmountError, Money};
 pub use contact::{Email, EmailError, Phone, PhoneError};
 pub use ids::new_id;
-pub use payment::{Audience, AudienceError, Medium, Note, NoteError, PaymentAction, PaymentStatus};
+pub use payment::{
+    Audience, AudienceError, Medium, Note, NoteError, PaymentAction, PaymentKind, PaymentStatus,
+    TargetType, UnknownWord,
+};
 pub use redirect_url::{RedirectUrl, RedirectUrlError};
 pub use scope::{Scope, ScopeError, ScopeSet};
 pub use text::{has_forbidden_control, Lines};
 pub use time::{
-    format_datetime, format_datetime_exact, now_micros, parse_datetime, DatetimeError, Timestamp,
+    format_datetime, format_datetime_exact, micros, now_micros, parse_datetime, DatetimeError,
+    Timestamp,
 };
 pub use username::{Password, PasswordError, Username, UsernameError};

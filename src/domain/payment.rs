@@ -1,4 +1,7 @@
-//! The words of a payment: its note, audience, action and status.
+//! The words of a payment: its note, audience, action, status, kind, medium and
+//! target type.
+//! Each word is stored as its `as_str` text, and read back with `TryFrom<String>`,
+//! which refuses any other text.
 
 use std::fmt;
 
@@ -45,6 +48,8 @@ pub enum Audience {
 pub struct AudienceError;
 
 impl Audience {
+    pub const ALL: [Self; 3] = [Self::Public, Self::Friends, Self::Private];
+
     /// Any letter case is accepted.
     pub fn parse(input: &str) -> Result<Self, AudienceError> {
         match input.trim().to_ascii_lowercase().as_str() {
@@ -72,6 +77,8 @@ pub enum PaymentAction {
 }
 
 impl PaymentAction {
+    pub const ALL: [Self; 2] = [Self::Pay, Self::Charge];
+
     pub fn parse(input: &str) -> Option<Self> {
         match input.trim().to_ascii_lowercase().as_str() {
             "pay" => Some(Self::Pay),
@@ -137,6 +144,8 @@ pub enum Medium {
 }
 
 impl Medium {
+    pub const ALL: [Self; 2] = [Self::Api, Self::Web];
+
     pub const fn as_str(self) -> &'static str {
         match self {
             Self::Api => "api",
@@ -144,6 +153,78 @@ impl Medium {
         }
     }
 }
+
+/// A payment made by a user, or the refund that returns a held pay (SPEC §5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PaymentKind {
+    Payment,
+    Refund,
+}
+
+impl PaymentKind {
+    pub const ALL: [Self; 2] = [Self::Payment, Self::Refund];
+
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Payment => "payment",
+            Self::Refund => "refund",
+        }
+    }
+}
+
+/// How a payment's target was addressed: an account, or an address that may
+/// become one's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TargetType {
+    User,
+    Email,
+    Phone,
+}
+
+impl TargetType {
+    pub const ALL: [Self; 3] = [Self::User, Self::Email, Self::Phone];
+
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::User => "user",
+            Self::Email => "email",
+            Self::Phone => "phone",
+        }
+    }
+}
+
+/// A stored word that is none of its type's (a row written by something else).
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("'{word}' is not a payment {what}")]
+pub struct UnknownWord {
+    what: &'static str,
+    word: String,
+}
+
+/// Reading a word back as stored: exactly one of `ALL`'s `as_str`.
+macro_rules! stored_word {
+    ($($word:ident: $what:literal),* $(,)?) => {$(
+        impl TryFrom<String> for $word {
+            type Error = UnknownWord;
+
+            fn try_from(word: String) -> Result<Self, UnknownWord> {
+                Self::ALL
+                    .into_iter()
+                    .find(|known| known.as_str() == word)
+                    .ok_or(UnknownWord { what: $what, word })
+            }
+        }
+    )*};
+}
+
+stored_word!(
+    Audience: "audience",
+    PaymentAction: "action",
+    PaymentStatus: "status",
+    PaymentKind: "kind",
+    Medium: "medium",
+    TargetType: "target type",
+);
 
 #[cfg(test)]
 mod tests {
@@ -162,5 +243,21 @@ mod tests {
         assert_eq!(Audience::parse("PUBLIC"), Ok(Audience::Public));
         assert_eq!(Audience::parse("Friends"), Ok(Audience::Friends));
         assert_eq!(Audience::parse("everyone"), Err(AudienceError));
+    }
+
+    #[test]
+    fn stored_words_read_back_exactly() {
+        for status in PaymentStatus::ALL {
+            assert_eq!(
+                PaymentStatus::try_from(status.as_str().to_owned()),
+                Ok(status)
+            );
+        }
+        assert_eq!(
+            PaymentKind::try_from("refund".to_owned()),
+            Ok(PaymentKind::Refund)
+        );
+        assert!(PaymentAction::try_from("Pay".to_owned()).is_err());
+        assert!(Medium::try_from("fax".to_owned()).is_err());
     }
 }

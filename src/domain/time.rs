@@ -8,6 +8,11 @@ pub fn now_micros() -> Timestamp {
     Utc::now().timestamp_micros()
 }
 
+/// A duration in the unit of [`Timestamp`], saturating at the largest one.
+pub fn micros(d: std::time::Duration) -> Timestamp {
+    i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
+}
+
 /// The wire form of a datetime: `YYYY-MM-DDTHH:MM:SSZ`.
 pub fn format_datetime(micros: Timestamp) -> String {
     DateTime::<Utc>::from_timestamp_micros(micros)

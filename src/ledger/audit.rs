@@ -5,7 +5,7 @@
 //! say moved (a settled charge: target to actor; a returned pay: back to the
 //! actor, with its refund; …).
 
-use crate::domain::Money;
+use crate::domain::{Money, PaymentAction, PaymentStatus};
 use crate::store::{accounts, AuditChunk, AuditPayment, Store, StoreError};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
@@ -150,16 +150,16 @@ fn expected_flows(p: &AuditPayment) -> BTreeMap<String, i64> {
     };
     let held = Some(accounts::HELD.to_owned());
     let a = p.amount_cents;
-    match (p.action.as_str(), p.status.as_str()) {
-        ("pay", "pending") => {
+    match (p.action, p.status) {
+        (PaymentAction::Pay, PaymentStatus::Pending) => {
             add(&p.actor_id, -a);
             add(&held, a);
         }
-        ("pay", "settled") => {
+        (PaymentAction::Pay, PaymentStatus::Settled) => {
             add(&p.actor_id, -a);
             add(&p.target_user_id, a);
         }
-        ("charge", "settled") => {
+        (PaymentAction::Charge, PaymentStatus::Settled) => {
             add(&p.target_user_id, -a);
             add(&p.actor_id, a);
         }
@@ -204,13 +204,17 @@ fn reconcile_payments(chunk: AuditChunk, discrepancies: &mut Vec<Discrepancy>) {
                 ledger: money(&ledger),
             });
         }
-        let returned = payment.action == "pay"
-            && matches!(payment.status.as_str(), "failed" | "cancelled" | "expired");
+        let returned = payment.action == PaymentAction::Pay
+            && matches!(
+                payment.status,
+                PaymentStatus::Failed | PaymentStatus::Cancelled | PaymentStatus::Expired
+            );
         let problem = match (returned, payment.refund_amount_cents) {
             (true, None) => Some("a returned pay has no refund".to_owned()),
             (false, Some(_)) => Some(format!(
                 "a {} {} has a refund",
-                payment.status, payment.action
+                payment.status,
+                payment.action.as_str()
             )),
             (true, Some(cents)) if cents != payment.amount_cents => {
                 Some("the refund's amount differs from the pay's".to_owned())

@@ -7,7 +7,7 @@ pub mod payments;
 pub use payments::claim;
 
 use crate::domain::{new_id, now_micros, Amount, Money};
-use crate::store::{accounts, Movement, Store, StoreError};
+use crate::store::{accounts, EntryKind, Movement, Store, StoreError};
 
 /// Money arriving from outside (a bank transfer, say) into a user's balance.
 /// Returns the new balance.
@@ -20,7 +20,7 @@ pub async fn deposit(
     let balance = store
         .deposit(&Movement {
             id: new_id(),
-            kind: "deposit",
+            kind: EntryKind::Deposit,
             from: accounts::EXTERNAL.to_owned(),
             to: user_id.to_owned(),
             cents: amount.cents(),

@@ -4,11 +4,12 @@
 
 use crate::config::Settings;
 use crate::domain::{
-    new_id, Amount, Audience, Email, Medium, Money, Note, PaymentAction, PaymentStatus, Phone,
+    micros, new_id, Amount, Audience, Email, Medium, Money, Note, PaymentAction, PaymentKind,
+    PaymentStatus, Phone, TargetType,
 };
 use crate::store::{
-    accounts, kinds, DuePayment, IdempotencyKey, InsertOutcome, Move, Payment, PaymentInsert,
-    Settlement, Store, StoreError, Transition, TransitionOutcome, User, UserKey,
+    accounts, DuePayment, EntryKind, IdempotencyKey, InsertOutcome, Move, Movement, Payment,
+    PaymentInsert, Settlement, Store, StoreError, Transition, TransitionOutcome, User, UserKey,
 };
 use sha2::{Digest, Sha256};
 use std::time::Duration;
@@ -30,10 +31,6 @@ impl From<&Settings> for Timing {
             unclaimed_expiry: settings.unclaimed_expiry,
         }
     }
-}
-
-fn micros(d: Duration) -> i64 {
-    i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
 }
 
 /// How the target of a new payment was addressed.
@@ -133,33 +130,21 @@ pub async fn create(
                 .find_user(UserKey::Id(id))
                 .await?
                 .ok_or_else(|| CreateError::InvalidTarget(format!("no user has the id {id}")))?;
-            ("user", Some(user), None, None)
+            (TargetType::User, Some(user), None, None)
         }
         TargetAddress::Email(email) => {
-            // An address belongs to an account once the account has verified
-            // it; one's own address, verified or not, is no one else's to pay.
-            let owner = store
-                .find_user(UserKey::Email(email.as_str()))
-                .await?
-                .filter(|u| u.email_verified);
-            let own = actor.email.as_deref() == Some(email.as_str());
-            if own && owner.as_ref().is_none_or(|u| u.id == actor.id) {
-                return Err(CreateError::InvalidTarget("you cannot pay yourself".into()));
-            }
-            let address = owner.is_none().then(|| email.as_str().to_owned());
-            ("email", owner, address, None)
+            let email = email.as_str();
+            let owner =
+                address_owner(store, actor, UserKey::Email(email), actor.email.as_deref()).await?;
+            let address = owner.is_none().then(|| email.to_owned());
+            (TargetType::Email, owner, address, None)
         }
         TargetAddress::Phone(phone) => {
-            let owner = store
-                .find_user(UserKey::Phone(phone.as_str()))
-                .await?
-                .filter(|u| u.phone_verified);
-            let own = actor.phone.as_deref() == Some(phone.as_str());
-            if own && owner.as_ref().is_none_or(|u| u.id == actor.id) {
-                return Err(CreateError::InvalidTarget("you cannot pay yourself".into()));
-            }
-            let address = owner.is_none().then(|| phone.as_str().to_owned());
-            ("phone", owner, None, address)
+            let phone = phone.as_str();
+            let owner =
+                address_owner(store, actor, UserKey::Phone(phone), actor.phone.as_deref()).await?;
+            let address = owner.is_none().then(|| phone.to_owned());
+            (TargetType::Phone, owner, None, address)
         }
     };
     if target_user.as_ref().is_some_and(|u| u.id == actor.id) {
@@ -176,18 +161,18 @@ pub async fn create(
         .collect();
     let payment = Payment {
         id: new_id(),
-        kind: kinds::PAYMENT.to_owned(),
+        kind: PaymentKind::Payment,
         actor_id: Some(actor.id.clone()),
-        target_type: target_type.to_owned(),
+        target_type,
         target_user_id: target_user.map(|u| u.id),
         target_email: email,
         target_phone: phone,
-        action: action.as_str().to_owned(),
+        action,
         amount_cents: request.amount.cents().abs(),
         note: request.note.as_str().to_owned(),
-        audience: request.audience.as_str().to_owned(),
-        status: PaymentStatus::Pending.as_str().to_owned(),
-        medium: request.medium.as_str().to_owned(),
+        audience: request.audience,
+        status: PaymentStatus::Pending,
+        medium: request.medium,
         date_created: now,
         date_completed: None,
         reached_account_at: to_account.then_some(now),
@@ -201,7 +186,7 @@ pub async fn create(
         expired_before: now.saturating_sub(micros(IDEMPOTENCY_WINDOW)),
     });
     let insert = PaymentInsert {
-        hold_movement_id: (action == PaymentAction::Pay).then(new_id),
+        hold: (action == PaymentAction::Pay).then(|| hold(actor, &payment)),
         payment,
         idempotency,
     };
@@ -244,18 +229,58 @@ pub async fn create(
     }
 }
 
+/// A pay's amount going from its actor to `@held` when it is made; settling,
+/// failing or expiring it later moves it on from there.
+fn hold(actor: &User, payment: &Payment) -> Movement {
+    Movement {
+        id: new_id(),
+        kind: EntryKind::Hold,
+        from: actor.id.clone(),
+        to: accounts::HELD.to_owned(),
+        cents: payment.amount_cents,
+        at: payment.date_created,
+    }
+}
+
+/// The account a new payment to an address (`UserKey::Email` or `Phone`) goes
+/// to, if any. An address belongs to an account once the account has verified
+/// it; one's own address (`own`), verified or not, is no one else's to pay.
+async fn address_owner(
+    store: &dyn Store,
+    actor: &User,
+    address: UserKey<'_>,
+    own: Option<&str>,
+) -> Result<Option<User>, CreateError> {
+    let owner = verified_holder(store, address).await?;
+    let is_own = match address {
+        UserKey::Email(value) | UserKey::Phone(value) => own == Some(value),
+        UserKey::Id(_) | UserKey::Username(_) => false,
+    };
+    if is_own && owner.as_ref().is_none_or(|u| u.id == actor.id) {
+        return Err(CreateError::InvalidTarget("you cannot pay yourself".into()));
+    }
+    Ok(owner)
+}
+
+/// The account that holds an e-mail or phone and has verified it.
+async fn verified_holder(
+    store: &dyn Store,
+    address: UserKey<'_>,
+) -> Result<Option<User>, StoreError> {
+    let holder = store.find_user(address).await?;
+    Ok(holder.filter(|u| match address {
+        UserKey::Email(_) => u.email_verified,
+        UserKey::Phone(_) => u.phone_verified,
+        UserKey::Id(_) | UserKey::Username(_) => true,
+    }))
+}
+
 /// The account that has verified the address a pending payment waits on, other
 /// than its actor (who never claims their own payment).
 async fn verified_owner(store: &dyn Store, payment: &Payment) -> Result<Option<User>, StoreError> {
     let owner = match (&payment.target_email, &payment.target_phone) {
-        (Some(email), _) => store
-            .find_user(UserKey::Email(email))
-            .await?
-            .filter(|u| u.email_verified),
-        (None, Some(phone)) => store
-            .find_user(UserKey::Phone(phone))
-            .await?
-            .filter(|u| u.phone_verified),
+        (Some(email), _) => verified_holder(store, UserKey::Email(email)).await?,
+        (None, Some(phone)) => verified_holder(store, UserKey::Phone(phone)).await?,
         (None, None) => None,
     };
     Ok(owner.filter(|u| payment.actor_id.as_deref() != Some(u.id.as_str())))
@@ -263,7 +288,7 @@ async fn verified_owner(store: &dyn Store, payment: &Payment) -> Result<Option<U
 
 /// A payment as it was when it was made: a replay repeats the first answer.
 fn as_first_answered(mut payment: Payment) -> Payment {
-    payment.status = PaymentStatus::Pending.as_str().to_owned();
+    payment.status = PaymentStatus::Pending;
     payment.date_completed = None;
     payment.refund_payment_id = None;
     payment
@@ -387,11 +412,11 @@ pub async fn update(
         .filter(|p| is_party(p, &user.id))
         .ok_or(UpdateError::NotFound)?;
     // A refund is settled from birth, so like any settled payment it cannot change.
-    if payment.kind != kinds::PAYMENT || payment.status != PaymentStatus::Pending.as_str() {
+    if payment.kind != PaymentKind::Payment || payment.status != PaymentStatus::Pending {
         return Err(UpdateError::InvalidState);
     }
     let is_actor = payment.actor_id.as_deref() == Some(user.id.as_str());
-    let is_charge = payment.action == PaymentAction::Charge.as_str();
+    let is_charge = payment.action == PaymentAction::Charge;
     let mut transition = match update {
         Update::Approve | Update::Deny if is_actor => {
             return Err(UpdateError::NotAllowed(
@@ -409,9 +434,9 @@ pub async fn update(
             if actor.is_none_or(|a| a.suspended) {
                 // Like a pay to a suspended account: the charge fails and no
                 // money goes to an account that cannot use it.
-                base(&payment, PaymentStatus::Failed, "fail", now)
+                base(&payment, PaymentStatus::Failed, EntryKind::Fail, now)
             } else {
-                let mut t = base(&payment, PaymentStatus::Settled, "charge", now);
+                let mut t = base(&payment, PaymentStatus::Settled, EntryKind::Charge, now);
                 t.moves.push(Move {
                     from: user.id.clone(),
                     to: actor_id,
@@ -420,7 +445,7 @@ pub async fn update(
                 t
             }
         }
-        Update::Deny => base(&payment, PaymentStatus::Cancelled, "cancel", now),
+        Update::Deny => base(&payment, PaymentStatus::Cancelled, EntryKind::Cancel, now),
         Update::Cancel if !is_actor => {
             return Err(UpdateError::NotAllowed(
                 "only the actor of a payment may cancel it",
@@ -458,15 +483,10 @@ pub fn is_party(payment: &Payment, user_id: &str) -> bool {
         || payment.target_user_id.as_deref() == Some(user_id)
 }
 
-fn base(
-    payment: &Payment,
-    status: PaymentStatus,
-    entry_kind: &'static str,
-    now: i64,
-) -> Transition {
+fn base(payment: &Payment, status: PaymentStatus, entry_kind: EntryKind, now: i64) -> Transition {
     Transition {
         payment_id: payment.id.clone(),
-        status: status.as_str(),
+        status,
         at: now,
         movement_id: new_id(),
         entry_kind,
@@ -483,8 +503,8 @@ fn base(
 /// Ends a payment without it completing: a held pay goes back to its actor as a
 /// refund; a charge moves nothing.
 fn returning(payment: &Payment, status: PaymentStatus, now: i64) -> Transition {
-    let mut t = base(payment, status, "refund", now);
-    if payment.action == PaymentAction::Pay.as_str() {
+    let mut t = base(payment, status, EntryKind::Refund, now);
+    if payment.action == PaymentAction::Pay {
         if let Some(actor) = &payment.actor_id {
             t.moves.push(Move {
                 from: accounts::HELD.to_owned(),
@@ -504,18 +524,18 @@ fn returning(payment: &Payment, status: PaymentStatus, now: i64) -> Transition {
 fn refund_of(payment: &Payment, now: i64) -> Payment {
     Payment {
         id: new_id(),
-        kind: kinds::REFUND.to_owned(),
+        kind: PaymentKind::Refund,
         actor_id: None,
-        target_type: "user".to_owned(),
+        target_type: TargetType::User,
         target_user_id: payment.actor_id.clone(),
         target_email: None,
         target_phone: None,
-        action: PaymentAction::Pay.as_str().to_owned(),
+        action: PaymentAction::Pay,
         amount_cents: payment.amount_cents,
         note: format!("Refund: {}", payment.note),
-        audience: Audience::Private.as_str().to_owned(),
-        status: PaymentStatus::Settled.as_str().to_owned(),
-        medium: payment.medium.clone(),
+        audience: Audience::Private,
+        status: PaymentStatus::Settled,
+        medium: payment.medium,
         date_created: now,
         date_completed: Some(now),
         reached_account_at: None,
@@ -609,7 +629,7 @@ async fn process_round(
 
 /// A pay to an account settling on its own (what a batch does for each).
 fn settlement(payment: &Payment, now: i64) -> Transition {
-    let mut t = base(payment, PaymentStatus::Settled, "settle", now);
+    let mut t = base(payment, PaymentStatus::Settled, EntryKind::Settle, now);
     if let Some(target) = &payment.target_user_id {
         t.moves.push(Move {
             from: accounts::HELD.to_owned(),

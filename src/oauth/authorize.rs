@@ -4,7 +4,7 @@
 use super::credentials::{self, CredentialKind};
 use super::tokens::{self, CLIENT_SIDE_TTL};
 use crate::domain::{
-    has_forbidden_control, new_id, now_micros, Lines, RedirectUrl, ScopeError, ScopeSet,
+    has_forbidden_control, micros, new_id, now_micros, Lines, RedirectUrl, ScopeError, ScopeSet,
 };
 use crate::store::{App, NewCode, NewGrant, Store, StoreError};
 use std::time::Duration;
@@ -396,7 +396,7 @@ pub async fn approve(
                         redirect_uri: request.redirect_uri_given.clone(),
                         code_challenge: request.code_challenge.clone(),
                         created_at: now,
-                        expires_at: now + tokens::micros(CODE_TTL),
+                        expires_at: now + micros(CODE_TTL),
                     },
                 )
                 .await?;

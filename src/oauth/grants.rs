@@ -1,6 +1,7 @@
 //! The token endpoint's grants (RFC 6749 §4.1.3, §6; RFC 7636 §4.6): client
 //! authentication, code exchange and refresh-token rotation.
 
+use super::client_auth::GrantError;
 use super::credentials::{self, IssuedCredential};
 use super::tokens::{self, REFRESH_TTL, SERVER_SIDE_TTL};
 use crate::domain::{now_micros, ScopeSet};
@@ -24,66 +25,6 @@ pub enum GrantRequest {
         /// access token carries exactly these scopes (the answer's `scope`).
         scope: Option<ScopeSet>,
     },
-}
-
-/// RFC 6749 §5.2 errors.
-#[derive(Debug, thiserror::Error)]
-pub enum GrantError {
-    #[error("{0}")]
-    InvalidRequest(String),
-    #[error("{0}")]
-    InvalidClient(String),
-    #[error("{0}")]
-    InvalidGrant(String),
-    #[error("{0}")]
-    InvalidScope(String),
-    #[error("grant_type must be authorization_code or refresh_token")]
-    UnsupportedGrantType,
-    #[error(transparent)]
-    Store(#[from] StoreError),
-}
-
-impl GrantError {
-    pub fn code(&self) -> &'static str {
-        match self {
-            Self::InvalidRequest(_) => "invalid_request",
-            Self::InvalidClient(_) => "invalid_client",
-            Self::InvalidGrant(_) => "invalid_grant",
-            Self::InvalidScope(_) => "invalid_scope",
-            Self::UnsupportedGrantType => "unsupported_grant_type",
-            Self::Store(_) => "server_error",
-        }
-    }
-}
-
-/// Checks a client's id and secret. Every failure reads the same.
-#[tracing::instrument(skip_all)]
-pub async fn authenticate_client(
-    store: &dyn Store,
-    client_id: &str,
-    secret: &str,
-) -> Result<App, GrantError> {
-    let app = store.find_app(client_id).await?;
-    check_client(
-        app.as_ref()
-            .map(|a| (a.secret_digest.as_str(), a.suspended)),
-        secret,
-    )?;
-    app.ok_or_else(|| GrantError::InvalidClient("client authentication failed".to_owned()))
-}
-
-/// Whether `secret` authenticates an app found with this secret digest and
-/// suspended flag (`None`: no such app).
-pub fn check_client(app: Option<(&str, bool)>, secret: &str) -> Result<(), GrantError> {
-    let refused = || GrantError::InvalidClient("client authentication failed".to_owned());
-    let (secret_digest, suspended) = app.ok_or_else(refused)?;
-    if !credentials::matches(secret, secret_digest) {
-        return Err(refused());
-    }
-    if suspended {
-        return Err(GrantError::InvalidClient("the app is suspended".to_owned()));
-    }
-    Ok(())
 }
 
 /// What a successful grant hands out.

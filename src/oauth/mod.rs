@@ -3,6 +3,7 @@
 //! against. Knows nothing of HTTP.
 
 pub mod authorize;
+pub mod client_auth;
 pub mod clients;
 pub mod credentials;
 pub mod grants;

@@ -1,10 +1,10 @@
 //! Issuing and checking tokens. `introspect` is what the REST API links against
 //! to validate a bearer token (SPEC §6), and what `POST /oauth/introspect` serves.
 
+use super::client_auth::{check_client, GrantError};
 use super::credentials::{self, CredentialKind, IssuedCredential};
-use super::grants::{check_client, GrantError};
 use super::introspection_cache::IntrospectionCache;
-use crate::domain::{new_id, now_micros, ScopeSet};
+use crate::domain::{micros, new_id, now_micros, ScopeSet};
 use crate::store::{NewGrant, NewToken, Store, StoreError, TokenKind, TokenRecord, User};
 use std::time::{Duration, Instant};
 
@@ -14,10 +14,6 @@ pub const CLIENT_SIDE_TTL: Duration = Duration::from_secs(30 * 60);
 pub const SERVER_SIDE_TTL: Duration = Duration::from_secs(60 * 86_400);
 /// Refresh tokens live 180 days (each refresh issues a new one).
 pub const REFRESH_TTL: Duration = Duration::from_secs(180 * 86_400);
-
-pub(crate) fn micros(d: Duration) -> i64 {
-    i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
-}
 
 /// A token to hand out, with the row that records it.
 pub(crate) fn mint(kind: TokenKind, now: i64, ttl: Duration) -> (IssuedCredential, NewToken) {

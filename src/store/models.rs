@@ -1,3 +1,4 @@
+use crate::domain::{Audience, Medium, PaymentAction, PaymentKind, PaymentStatus, TargetType};
 use std::fmt;
 
 /// An account as stored.
@@ -49,6 +50,14 @@ pub struct UserFlags {
     pub suspended: Option<bool>,
 }
 
+/// The free-text fields of a profile, already checked.
+#[derive(Debug, Clone)]
+pub struct ProfileUpdate {
+    pub first_name: String,
+    pub last_name: String,
+    pub about: String,
+}
+
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct App {
     pub client_id: String,
@@ -90,12 +99,45 @@ pub mod accounts {
     pub const HELD: &str = "@held";
 }
 
+/// What a movement of money is, written on each of its ledger entries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EntryKind {
+    /// Money arriving from outside.
+    Deposit,
+    /// A pay's amount taken from its actor into `@held`.
+    Hold,
+    /// A held pay reaching its target.
+    Settle,
+    /// A charge paid by its target.
+    Charge,
+    /// A held pay going back to its actor.
+    Refund,
+    /// A charge that failed (moves nothing).
+    Fail,
+    /// A charge denied (moves nothing).
+    Cancel,
+}
+
+impl EntryKind {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Deposit => "deposit",
+            Self::Hold => "hold",
+            Self::Settle => "settle",
+            Self::Charge => "charge",
+            Self::Refund => "refund",
+            Self::Fail => "fail",
+            Self::Cancel => "cancel",
+        }
+    }
+}
+
 /// One movement of money: `cents` go from `from` to `to`, written as two ledger
 /// entries that sum to zero.
 #[derive(Debug, Clone)]
 pub struct Movement {
     pub id: String,
-    pub kind: &'static str,
+    pub kind: EntryKind,
     pub from: String,
     pub to: String,
     pub cents: i64,
@@ -140,8 +182,8 @@ pub struct AuditChunk {
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct AuditPayment {
     pub id: String,
-    pub action: String,
-    pub status: String,
+    pub action: PaymentAction,
+    pub status: PaymentStatus,
     pub actor_id: Option<String>,
     pub target_user_id: Option<String>,
     pub amount_cents: i64,
@@ -155,3 +197,63 @@ pub struct PaymentEntrySum {
     pub account: String,
     pub total_cents: i64,
 }
+
+/// Rows older than these moments (microseconds) are no longer needed: the
+/// retention worker deletes them (SPEC §9).
+#[derive(Debug, Clone, Copy)]
+pub struct Retention {
+    /// Codes that expired or were used before this.
+    pub codes_before: i64,
+    /// Sign-in failures recorded before this.
+    pub signin_failures_before: i64,
+    /// Idempotency keys taken before this.
+    pub idempotency_keys_before: i64,
+    /// Tokens that expired or were revoked before this.
+    pub tokens_before: i64,
+    /// Ended-session records whose cookie expired before this.
+    pub ended_sessions_before: i64,
+    /// Verification links that expired before this.
+    pub verification_links_before: i64,
+    /// Unshown secrets kept since before this.
+    pub reveals_before: i64,
+    /// Verification sends made before this.
+    pub verification_sends_before: i64,
+}
+
+/// A payment's words as database values: stored as their text (bound with
+/// `as_str`), and decoded with their `TryFrom<String>`, so a row with any other
+/// text fails to load, saying which word it holds.
+macro_rules! decoded_from_text {
+    ($($word:ty),* $(,)?) => {$(
+        impl<DB: sqlx::Database> sqlx::Type<DB> for $word
+        where
+            String: sqlx::Type<DB>,
+        {
+            fn type_info() -> DB::TypeInfo {
+                <String as sqlx::Type<DB>>::type_info()
+            }
+
+            fn compatible(ty: &DB::TypeInfo) -> bool {
+                <String as sqlx::Type<DB>>::compatible(ty)
+            }
+        }
+
+        impl<'r, DB: sqlx::Database> sqlx::Decode<'r, DB> for $word
+        where
+            String: sqlx::Decode<'r, DB>,
+        {
+            fn decode(value: DB::ValueRef<'r>) -> Result<Self, sqlx::error::BoxDynError> {
+                Ok(Self::try_from(<String as sqlx::Decode<'r, DB>>::decode(value)?)?)
+            }
+        }
+    )*};
+}
+
+decoded_from_text!(
+    Audience,
+    Medium,
+    PaymentAction,
+    PaymentKind,
+    PaymentStatus,
+    TargetType
+);

@@ -1,7 +1,4 @@
-use super::oauth::impl_oauth_store;
-use super::pages::impl_pages_store;
-use super::payments::impl_payment_store;
-use super::sql::impl_store;
+use super::pool::{connections_per_core, BatchFuture, RevocationEpoch};
 use super::*;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{Connection, Sqlite, SqlitePool, Transaction};
@@ -103,7 +100,7 @@ impl SqliteStore {
         // Each reader is a thread of its own running statements: two per core
         // keep every core busy without queueing threads for the CPU.
         let reader = SqlitePoolOptions::new()
-            .max_connections(super::connections_per_core(2, 2, 8))
+            .max_connections(connections_per_core(2, 2, 8))
             .test_before_acquire(false)
             .acquire_timeout(Duration::from_secs(10))
             .connect_with(options.read_only(true))
@@ -117,11 +114,54 @@ impl SqliteStore {
         })
     }
 
+    /// The test hook of [`PAGE_LIMIT_FILE_VARIABLE`], if set.
+    async fn apply_page_limit(&self, conn: &mut sqlx::SqliteConnection) -> Result<(), StoreError> {
+        apply_page_limit(self.page_limit_file.as_deref(), conn).await
+    }
+}
+
+impl queries::Connections for SqliteStore {
     async fn run_migrations(&self) -> Result<(), StoreError> {
         sqlx::migrate!("migrations/sqlite")
             .run(&self.writer)
             .await?;
         Ok(())
+    }
+
+    /// Ready when a reader answers and the writer can write: it was not just
+    /// found broken and, when idle, it can take the write lock and room for a
+    /// row (the probe is rolled back). A writer busy with a write is working,
+    /// so readiness never queues behind the writes it would slow down.
+    async fn ready(&self) -> Result<(), StoreError> {
+        sqlx::query("SELECT 1").execute(&self.reader).await?;
+        if self.health.failed_recently() {
+            return Err(StoreError::Unavailable(sqlx::Error::Protocol(
+                "the SQLite writer failed a moment ago".to_owned(),
+            )));
+        }
+        let Some(mut writer) = self.writer.try_acquire() else {
+            return Ok(());
+        };
+        let mut tx = writer.begin_with("BEGIN IMMEDIATE").await?;
+        self.apply_page_limit(&mut tx).await?;
+        sqlx::query(
+            "INSERT INTO server_settings (key, value) \
+             VALUES ('readiness probe', hex(randomblob(4096)))",
+        )
+        .execute(&mut *tx)
+        .await?;
+        tx.rollback().await?;
+        Ok(())
+    }
+
+    /// `VACUUM INTO` reads one snapshot of the WAL on a reader, so writers go
+    /// on; it refuses a file that exists and is not empty.
+    async fn copy_into(&self, path: &str) -> Result<Option<()>, StoreError> {
+        sqlx::query("VACUUM INTO $1")
+            .bind(path)
+            .execute(&self.reader)
+            .await?;
+        Ok(Some(()))
     }
 
     fn reader(&self) -> &SqlitePool {
@@ -174,47 +214,6 @@ impl SqliteStore {
             .map_err(|e| StoreError::Unexpected(anyhow::anyhow!("a write task failed: {e}")))?
     }
 
-    /// The test hook of [`PAGE_LIMIT_FILE_VARIABLE`], if set.
-    async fn apply_page_limit(&self, conn: &mut sqlx::SqliteConnection) -> Result<(), StoreError> {
-        apply_page_limit(self.page_limit_file.as_deref(), conn).await
-    }
-
-    /// Ready when a reader answers and the writer can write: it was not just
-    /// found broken and, when idle, it can take the write lock and room for a
-    /// row (the probe is rolled back). A writer busy with a write is working,
-    /// so readiness never queues behind the writes it would slow down.
-    async fn ready(&self) -> Result<(), StoreError> {
-        sqlx::query("SELECT 1").execute(&self.reader).await?;
-        if self.health.failed_recently() {
-            return Err(StoreError::Unavailable(sqlx::Error::Protocol(
-                "the SQLite writer failed a moment ago".to_owned(),
-            )));
-        }
-        let Some(mut writer) = self.writer.try_acquire() else {
-            return Ok(());
-        };
-        let mut tx = writer.begin_with("BEGIN IMMEDIATE").await?;
-        self.apply_page_limit(&mut tx).await?;
-        sqlx::query(
-            "INSERT INTO server_settings (key, value) \
-             VALUES ('readiness probe', hex(randomblob(4096)))",
-        )
-        .execute(&mut *tx)
-        .await?;
-        tx.rollback().await?;
-        Ok(())
-    }
-
-    /// `VACUUM INTO` reads one snapshot of the WAL on a reader, so writers go
-    /// on; it refuses a file that exists and is not empty.
-    async fn copy_into(&self, path: &str) -> Result<Option<()>, StoreError> {
-        sqlx::query("VACUUM INTO $1")
-            .bind(path)
-            .execute(&self.reader)
-            .await?;
-        Ok(Some(()))
-    }
-
     /// None: every write begins with `BEGIN IMMEDIATE` on the one writer, even a
     /// single statement, so writers queue instead of failing.
     fn statement_pool(&self) -> Option<&SqlitePool> {
@@ -224,6 +223,10 @@ impl SqliteStore {
     /// A read transaction sees one snapshot of the WAL.
     async fn snapshot(&self) -> Result<Transaction<'static, Sqlite>, StoreError> {
         Ok(self.reader.begin().await?)
+    }
+
+    fn revocations(&self) -> &RevocationEpoch {
+        &self.revocations
     }
 }
 
@@ -269,15 +272,23 @@ const CHARGE_BATCH: &str = super::payments::SQLITE_CHARGE_BATCH;
 /// The one writer already excludes every other settlement.
 const LOCK_SETTLED_TARGETS: Option<(&str, &str)> = None;
 
-type Backend = Sqlite;
+/// SQLite's planner needs no settings for the audit.
+const AUDIT_SETTINGS: &[&str] = &[];
+const AUDIT_SUSPECTS_SETTINGS: (&[&str], &[&str]) = (&[], &[]);
 
-impl_store!(SqliteStore, "sqlite");
-impl_oauth_store!(SqliteStore);
-impl_payment_store!(SqliteStore);
-impl_pages_store!(SqliteStore);
+type Db = Sqlite;
+type ThisStore = SqliteStore;
+const NAME: &str = "sqlite";
+
+/// The store traits' implementation, compiled for SQLite.
+// Both backends include the one implementation, each compiled for its own types.
+#[allow(clippy::duplicate_mod)]
+#[path = "queries/mod.rs"]
+mod queries;
 
 #[cfg(test)]
 mod tests {
+    use super::queries::Connections;
     use super::*;
 
     /// The state of issue 10: SQLite rolled a transaction back by itself (as it

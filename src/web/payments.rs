@@ -76,20 +76,20 @@ fn row(p: &Payment, me: &str, names: &HashMap<String, String>) -> PaymentRow {
         .unwrap_or_default();
     let actor = name(&p.actor_id).unwrap_or_default();
     let mine = p.actor_id.as_deref() == Some(me);
-    let charge = p.action == PaymentAction::Charge.as_str();
+    let charge = p.action == PaymentAction::Charge;
     let summary = match (mine, charge) {
         (true, false) => format!("You paid {target}"),
         (true, true) => format!("You requested money from {target}"),
         (false, false) => format!("{actor} paid you"),
         (false, true) => format!("{actor} requests money from you"),
     };
-    let pending = p.status == PaymentStatus::Pending.as_str();
+    let pending = p.status == PaymentStatus::Pending;
     PaymentRow {
         id: p.id.clone(),
         summary,
         amount: Money::from_cents(p.amount_cents),
         note: p.note.clone(),
-        status: PaymentStatus::parse(&p.status).map_or("unknown", PaymentStatus::as_str),
+        status: p.status.as_str(),
         date: when(p.date_created),
         can_cancel: pending && mine,
         can_answer: pending && charge && !mine,
@@ -242,9 +242,9 @@ pub async fn answer(
     )
     .await
     {
-        Ok(updated) => match updated.payment.status.as_str() {
-            "settled" => "The request is paid.".to_owned(),
-            "failed" => {
+        Ok(updated) => match updated.payment.status {
+            PaymentStatus::Settled => "The request is paid.".to_owned(),
+            PaymentStatus::Failed => {
                 "The request could not be paid: its sender's account is suspended.".to_owned()
             }
             _ if updated.refund.is_some() => "Cancelled; the money is back.".to_owned(),

@@ -99,7 +99,7 @@ pub async fn take(
         return Ok(None);
     }
     session.remove(COOKIE_KEY);
-    let not_before = now_micros().saturating_sub(crate::oauth::tokens::micros(REVEAL_TTL));
+    let not_before = now_micros().saturating_sub(crate::domain::micros(REVEAL_TTL));
     let Some(sealed) = state
         .store
         .take_reveal(&pending.id, user_id, not_before)

@@ -553,7 +553,7 @@ async fn assert_exactly_what_was_answered(
         let stored = store
             .list_payments(&tally::store::PaymentFilter {
                 owner_id: payer.id.clone(),
-                action: Some("pay"),
+                action: Some(tally::domain::PaymentAction::Pay),
                 limit: 100_000,
                 ..Default::default()
             })

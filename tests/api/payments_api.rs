@@ -7,7 +7,8 @@ use crate::users_api::assert_user_object;
 use serde_json::{json, Value};
 use std::collections::HashSet;
 use std::time::Duration;
-use tally::store::{kinds, Payment, PaymentInsert};
+use tally::domain::{Audience, Medium, PaymentAction, PaymentKind, PaymentStatus, TargetType};
+use tally::store::{Payment, PaymentInsert};
 
 on_both_backends!(
     a_pay_is_held_at_once_then_settled_and_every_field_is_shown,
@@ -1032,13 +1033,13 @@ async fn paging_through_120_payments_with_one_timestamp_returns_each_once(backen
     for i in 0..120 {
         let payment = Payment {
             id: tally::domain::new_id(),
-            kind: kinds::PAYMENT.to_owned(),
+            kind: PaymentKind::Payment,
             actor_id: Some(if i % 2 == 0 {
                 ann.id.clone()
             } else {
                 bob.id.clone()
             }),
-            target_type: "user".to_owned(),
+            target_type: TargetType::User,
             target_user_id: Some(if i % 2 == 0 {
                 bob.id.clone()
             } else {
@@ -1046,12 +1047,12 @@ async fn paging_through_120_payments_with_one_timestamp_returns_each_once(backen
             }),
             target_email: None,
             target_phone: None,
-            action: "charge".to_owned(),
+            action: PaymentAction::Charge,
             amount_cents: 100 + i,
             note: format!("charge {i}"),
-            audience: "private".to_owned(),
-            status: "pending".to_owned(),
-            medium: "api".to_owned(),
+            audience: Audience::Private,
+            status: PaymentStatus::Pending,
+            medium: Medium::Api,
             date_created: at,
             date_completed: None,
             reached_account_at: None,
@@ -1061,7 +1062,7 @@ async fn paging_through_120_payments_with_one_timestamp_returns_each_once(backen
         store
             .insert_payment(&PaymentInsert {
                 payment,
-                hold_movement_id: None,
+                hold: None,
                 idempotency: None,
             })
             .await

@@ -2,9 +2,9 @@
 
 use crate::helpers::{on_both_backends, Backend, TestDb};
 use std::sync::Arc;
-use tally::domain::{now_micros, Amount};
+use tally::domain::{now_micros, Amount, PaymentStatus};
 use tally::ledger;
-use tally::store::{NewApp, NewUser, Store, StoreError, UserFlags, UserKey};
+use tally::store::{EntryKind, NewApp, NewUser, Store, StoreError, UserFlags, UserKey};
 
 on_both_backends!(
     users_are_found_by_id_username_email_and_phone,
@@ -23,6 +23,7 @@ on_both_backends!(
     a_settlement_decided_before_a_suspension_does_not_credit_the_account,
     a_settlement_batch_settles_each_due_pay_once_and_passes_by_the_rest,
     a_refresh_token_rotates_once_for_its_own_client_while_live,
+    a_payment_row_with_an_unknown_word_does_not_load,
 );
 
 fn new_user(username: &str, email: Option<&str>, phone: Option<&str>) -> NewUser {
@@ -373,6 +374,44 @@ async fn the_audit_finds_a_balance_changed_behind_the_ledgers_back(backend: Back
     assert_eq!(report.discrepancies.len(), 1, "{:?}", report.discrepancies);
 }
 
+/// A payment's words are decoded where the row is read: a row another program
+/// wrote with a word Tally does not know fails to load, rather than reaching the
+/// ledger as a string no rule matches.
+async fn a_payment_row_with_an_unknown_word_does_not_load(backend: Backend) {
+    let Some((db, store)) = store_for(backend).await else {
+        return;
+    };
+    let ann = store
+        .insert_user(&new_user("ann", None, None))
+        .await
+        .unwrap();
+    let bob = store
+        .insert_user(&new_user("bob", None, None))
+        .await
+        .unwrap();
+    ledger::deposit(store.as_ref(), &ann.id, Amount::parse("10").unwrap())
+        .await
+        .unwrap();
+    let made = pay_four(
+        store.as_ref(),
+        &ann,
+        ledger::payments::TargetAddress::UserId(bob.id.clone()),
+    )
+    .await;
+    let found = store
+        .find_payments(std::slice::from_ref(&made.payment.id))
+        .await
+        .unwrap();
+    assert_eq!(found[0].status, PaymentStatus::Pending);
+    tamper(&db, "UPDATE payments SET status = 'lost'").await;
+    let error = store.find_payments(&[made.payment.id]).await.unwrap_err();
+    assert!(matches!(error, StoreError::Unexpected(_)), "{error:?}");
+    assert!(
+        format!("{error:?}").contains("'lost' is not a payment status"),
+        "{error:?}"
+    );
+}
+
 async fn the_audit_finds_held_money_that_no_pending_pay_explains(backend: Backend) {
     let Some((db, store)) = store_for(backend).await else {
         return;
@@ -525,7 +564,12 @@ async fn an_expiry_decided_before_a_claim_does_not_overtake_it(backend: Backend)
     assert_eq!(claimed, 1);
     let expiry = tally::store::Transition {
         unclaimed_only: true,
-        ..release_held(&made.payment.id, "expired", "refund", &ann.id)
+        ..release_held(
+            &made.payment.id,
+            PaymentStatus::Expired,
+            EntryKind::Refund,
+            &ann.id,
+        )
     };
     let outcome = store.apply_transition(&expiry).await.unwrap();
     assert!(
@@ -574,7 +618,12 @@ async fn a_settlement_decided_before_a_suspension_does_not_credit_the_account(ba
     let settle = tally::store::Transition {
         only_if_active: Some(bob.id.clone()),
         idempotency: None,
-        ..release_held(&made.payment.id, "settled", "settle", &bob.id)
+        ..release_held(
+            &made.payment.id,
+            PaymentStatus::Settled,
+            EntryKind::Settle,
+            &bob.id,
+        )
     };
     let outcome = store.apply_transition(&settle).await.unwrap();
     assert!(
@@ -584,7 +633,7 @@ async fn a_settlement_decided_before_a_suspension_does_not_credit_the_account(ba
     // The next round fails it and refunds ann.
     run_workers_once(store.as_ref()).await;
     let payment = store.find_payments(&[made.payment.id]).await.unwrap();
-    assert_eq!(payment[0].status, "failed");
+    assert_eq!(payment[0].status, PaymentStatus::Failed);
     let report = ledger::audit::run(store.as_ref()).await.unwrap();
     assert!(report.ok, "{:?}", report.discrepancies);
 }
@@ -665,20 +714,25 @@ async fn a_settlement_batch_settles_each_due_pay_once_and_passes_by_the_rest(bac
     assert_eq!(balance(&cy.id).await, 0);
     assert_eq!(balance(&ann.id).await, 2000 - 1200);
     let ids = [to_bob.id, again_to_bob.id, to_cy.id, cancelled.id];
-    let mut statuses: Vec<(String, String)> = store
+    let mut statuses: Vec<(String, PaymentStatus)> = store
         .find_payments(&ids)
         .await
         .unwrap()
         .into_iter()
         .map(|p| (p.id, p.status))
         .collect();
-    statuses.sort();
-    let mut want: Vec<(String, String)> = ids
+    statuses.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut want: Vec<(String, PaymentStatus)> = ids
         .iter()
-        .zip(["settled", "settled", "pending", "cancelled"])
-        .map(|(id, status)| (id.clone(), status.to_owned()))
+        .zip([
+            PaymentStatus::Settled,
+            PaymentStatus::Settled,
+            PaymentStatus::Pending,
+            PaymentStatus::Cancelled,
+        ])
+        .map(|(id, status)| (id.clone(), status))
         .collect();
-    want.sort();
+    want.sort_by(|a, b| a.0.cmp(&b.0));
     assert_eq!(statuses, want);
     let report = ledger::audit::run(store.as_ref()).await.unwrap();
     assert!(report.ok, "{:?}", report.discrepancies);
@@ -907,8 +961,8 @@ async fn pay_four(
 /// it is applied (the races these tests stage).
 fn release_held(
     payment_id: &str,
-    status: &'static str,
-    entry_kind: &'static str,
+    status: PaymentStatus,
+    entry_kind: tally::store::EntryKind,
     to: &str,
 ) -> tally::store::Transition {
     tally::store::Transition {

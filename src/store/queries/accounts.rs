@@ -1,0 +1,208 @@
+//! What an account goes through besides its row: verification of its
+//! addresses, the sign-in throttle, ended browser sessions.
+
+use super::{Connections, ThisStore, KEY_LOCK};
+use crate::store::{AccountStore, StoreError, User};
+
+#[async_trait::async_trait]
+impl AccountStore for ThisStore {
+    #[tracing::instrument(skip_all, fields(channel = link.channel.as_str()))]
+    async fn insert_verification(
+        &self,
+        link: &crate::store::NewVerification,
+    ) -> Result<(), StoreError> {
+        self.write_one(
+            sqlx::query(
+                "INSERT INTO verification_tokens \
+             (digest, user_id, channel, address, created_at, expires_at) \
+             VALUES ($1, $2, $3, $4, $5, $6)",
+            )
+            .bind(&link.digest)
+            .bind(&link.user_id)
+            .bind(link.channel.as_str())
+            .bind(&link.address)
+            .bind(link.created_at)
+            .bind(link.expires_at),
+        )
+        .await?;
+        Ok(())
+    }
+
+    #[tracing::instrument(skip_all)]
+    async fn use_verification(&self, digest: &str, now: i64) -> Result<Option<User>, StoreError> {
+        let mut tx = self.write().await?;
+        let spent: Option<(String, String, String)> = sqlx::query_as(
+            "UPDATE verification_tokens SET used_at = $2 \
+             WHERE digest = $1 AND used_at IS NULL AND expires_at > $2 \
+             RETURNING user_id, channel, address",
+        )
+        .bind(digest)
+        .bind(now)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let user = match spent {
+            None => None,
+            Some((user_id, channel, address)) => {
+                const SQL: &str = concat!(
+                    "UPDATE users SET verified = TRUE, \
+                       email_verified = (email_verified OR ($2 = 'email' AND email = $3)), \
+                       phone_verified = (phone_verified OR ($2 = 'phone' AND phone = $3)) \
+                     WHERE id = $1 AND (($2 = 'email' AND email = $3) \
+                                     OR ($2 = 'phone' AND phone = $3)) \
+                     RETURNING ",
+                    crate::store::sql::user_columns!(),
+                );
+                sqlx::query_as::<_, User>(SQL)
+                    .bind(&user_id)
+                    .bind(&channel)
+                    .bind(&address)
+                    .fetch_optional(&mut *tx)
+                    .await?
+            }
+        };
+        tx.commit().await?;
+        Ok(user)
+    }
+
+    #[tracing::instrument(skip_all)]
+    async fn reserve_verification_send(
+        &self,
+        address: &str,
+        now: i64,
+        limits: crate::store::SendLimits,
+    ) -> Result<Result<(), i64>, StoreError> {
+        let mut tx = self.write().await?;
+        sqlx::query(KEY_LOCK)
+            .bind(format!("verification-send:{address}"))
+            .execute(&mut *tx)
+            .await?;
+        let (count, first, last): (i64, Option<i64>, Option<i64>) = sqlx::query_as(
+            "SELECT COUNT(*), MIN(sent_at), MAX(sent_at) FROM verification_sends \
+             WHERE address = $1 AND sent_at > $2",
+        )
+        .bind(address)
+        .bind(now.saturating_sub(limits.window))
+        .fetch_one(&mut *tx)
+        .await?;
+        let refused = match (first, last) {
+            (_, Some(last)) if last > now.saturating_sub(limits.min_gap) => {
+                Some(last.saturating_add(limits.min_gap))
+            }
+            (Some(first), _) if count >= limits.per_window => {
+                Some(first.saturating_add(limits.window))
+            }
+            _ => None,
+        };
+        if let Some(moment) = refused {
+            tx.commit().await?;
+            return Ok(Err(moment));
+        }
+        sqlx::query("INSERT INTO verification_sends (address, sent_at) VALUES ($1, $2)")
+            .bind(address)
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(Ok(()))
+    }
+
+    #[tracing::instrument(skip_all)]
+    async fn admit_signin(
+        &self,
+        keys: &[String],
+        since: i64,
+        now: i64,
+        decide: crate::store::SigninDecision<'_>,
+    ) -> Result<Result<(), std::time::Duration>, StoreError> {
+        let mut tx = self.write().await?;
+        let mut sorted: Vec<&String> = keys.iter().collect();
+        sorted.sort();
+        for key in &sorted {
+            sqlx::query(KEY_LOCK).bind(*key).execute(&mut *tx).await?;
+        }
+        let mut seen = Vec::with_capacity(keys.len());
+        for key in keys {
+            sqlx::query("DELETE FROM signin_failures WHERE key = $1 AND at <= $2")
+                .bind(key)
+                .bind(since)
+                .execute(&mut *tx)
+                .await?;
+            let row: (i64, Option<i64>) =
+                sqlx::query_as("SELECT COUNT(*), MAX(at) FROM signin_failures WHERE key = $1")
+                    .bind(key)
+                    .fetch_one(&mut *tx)
+                    .await?;
+            seen.push(row);
+        }
+        if let Err(wait) = decide(&seen) {
+            tx.commit().await?;
+            return Ok(Err(wait));
+        }
+        for key in keys {
+            sqlx::query("INSERT INTO signin_failures (key, at) VALUES ($1, $2)")
+                .bind(key)
+                .bind(now)
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(Ok(()))
+    }
+
+    #[tracing::instrument(skip_all)]
+    async fn forget_signin_attempt(
+        &self,
+        clear_key: &str,
+        attempt_keys: &[String],
+        at: i64,
+    ) -> Result<(), StoreError> {
+        let mut tx = self.write().await?;
+        sqlx::query("DELETE FROM signin_failures WHERE key = $1")
+            .bind(clear_key)
+            .execute(&mut *tx)
+            .await?;
+        for key in attempt_keys {
+            sqlx::query("DELETE FROM signin_failures WHERE key = $1 AND at = $2")
+                .bind(key)
+                .bind(at)
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    #[tracing::instrument(skip_all)]
+    async fn end_session(
+        &self,
+        session_id: &str,
+        expires_at: i64,
+        now: i64,
+    ) -> Result<(), StoreError> {
+        let mut tx = self.write().await?;
+        sqlx::query("DELETE FROM ended_sessions WHERE expires_at < $1")
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query(
+            "INSERT INTO ended_sessions (session_id, expires_at) VALUES ($1, $2) \
+             ON CONFLICT (session_id) DO NOTHING",
+        )
+        .bind(session_id)
+        .bind(expires_at)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    #[tracing::instrument(skip_all)]
+    async fn session_ended(&self, session_id: &str) -> Result<bool, StoreError> {
+        let found: Option<String> =
+            sqlx::query_scalar("SELECT session_id FROM ended_sessions WHERE session_id = $1")
+                .bind(session_id)
+                .fetch_optional(self.reader())
+                .await?;
+        Ok(found.is_some())
+    }
+}

@@ -1,0 +1,208 @@
+//! The one implementation of the store traits, written once as ordinary code
+//! and compiled for each backend: `sqlite.rs` and `postgres.rs` each include
+//! this module (`#[path = "queries/mod.rs"] mod queries;`), so each copy works on
+//! its backend's concrete types. (sqlx cannot check one query against two
+//! databases, and code generic over `sqlx::Database` needs unwieldy bounds.)
+//!
+//! What a backend supplies is named here and nowhere else: the items in the
+//! `use super::…` below (its sqlx database `Db`, its store `ThisStore`, its
+//! `NAME`, and its dialect: the two constants `SKIP_LOCKED` and `KEY_LOCK`, the
+//! new-payment statements `HOLD_SQL` and `CHARGE_SQL` (and `HOLD_BATCH` and
+//! `CHARGE_BATCH`, the same as whole transactions), `LOCK_SETTLED_TARGETS`,
+//! and the audit's planner settings), and its connection handling, the
+//! `Connections` trait. The files below take what they need from this module by
+//! name.
+
+mod accounts;
+mod oauth;
+mod payments;
+mod users;
+
+use super::{
+    Db, ThisStore, AUDIT_SETTINGS, AUDIT_SUSPECTS_SETTINGS, CHARGE_BATCH, CHARGE_SQL, HOLD_BATCH,
+    HOLD_SQL, KEY_LOCK, LOCK_SETTLED_TARGETS, NAME, SKIP_LOCKED,
+};
+use crate::store::pool::{BatchFuture, RevocationEpoch};
+use crate::store::{Store, StoreError};
+use sqlx::{Pool, Transaction};
+
+/// The arguments of a statement on this backend.
+type Args<'q> = <Db as sqlx::Database>::Arguments<'q>;
+
+/// What a backend's connection handling gives the queries.
+pub(super) trait Connections {
+    /// Applies pending migrations.
+    async fn run_migrations(&self) -> Result<(), StoreError>;
+    /// Whether the database can serve reads and writes now.
+    async fn ready(&self) -> Result<(), StoreError>;
+    /// Writes a consistent copy of the database to `path`; `None` where the
+    /// backend has its own tools for that.
+    async fn copy_into(&self, path: &str) -> Result<Option<()>, StoreError>;
+    /// Where reads that need no transaction go.
+    fn reader(&self) -> &Pool<Db>;
+    /// Begins a write transaction.
+    async fn write(&self) -> Result<Transaction<'static, Db>, StoreError>;
+    /// Runs `batch`, a write that is a whole transaction of its own (on SQLite
+    /// it begins with `BEGIN IMMEDIATE` and ends with `COMMIT`), on a
+    /// connection it lends: one trip to the database.
+    async fn write_batch<O, F>(&self, batch: F) -> Result<O, StoreError>
+    where
+        O: Send + 'static,
+        F: for<'c> FnOnce(&'c mut <Db as sqlx::Database>::Connection) -> BatchFuture<'c, O>
+            + Send
+            + 'static;
+    /// Where a write that is one statement may run as its own transaction;
+    /// `None`: every write goes through `write`.
+    fn statement_pool(&self) -> Option<&Pool<Db>>;
+    /// Begins a read transaction that sees one consistent snapshot.
+    async fn snapshot(&self) -> Result<Transaction<'static, Db>, StoreError>;
+    /// This store's count of committed revocations.
+    fn revocations(&self) -> &RevocationEpoch;
+}
+
+/// Appends the values, each bound, separated by commas: the inside of an
+/// `IN (…)` list.
+fn push_binds<'args, T>(
+    query: &mut sqlx::QueryBuilder<'args, Db>,
+    values: impl IntoIterator<Item = T>,
+) where
+    T: 'args + sqlx::Encode<'args, Db> + sqlx::Type<Db>,
+{
+    let mut list = query.separated(", ");
+    for value in values {
+        list.push_bind(value);
+    }
+}
+
+impl ThisStore {
+    /// Runs one statement in a write transaction of its own; how many rows it
+    /// changed.
+    async fn write_one<'q>(
+        &self,
+        statement: sqlx::query::Query<'q, Db, Args<'q>>,
+    ) -> Result<u64, StoreError> {
+        let mut tx = self.write().await?;
+        let changed = statement.execute(&mut *tx).await?.rows_affected();
+        tx.commit().await?;
+        Ok(changed)
+    }
+
+    /// Runs one statement that returns at most one row (`RETURNING`) in a
+    /// write transaction of its own.
+    async fn write_returning<'q, T>(
+        &self,
+        statement: sqlx::query::QueryAs<'q, Db, T, Args<'q>>,
+    ) -> Result<Option<T>, StoreError>
+    where
+        T: for<'r> sqlx::FromRow<'r, <Db as sqlx::Database>::Row> + Send + Unpin,
+    {
+        let mut tx = self.write().await?;
+        let row = statement.fetch_optional(&mut *tx).await?;
+        tx.commit().await?;
+        Ok(row)
+    }
+}
+
+#[async_trait::async_trait]
+impl Store for ThisStore {
+    fn backend(&self) -> &'static str {
+        NAME
+    }
+
+    async fn migrate(&self) -> Result<(), StoreError> {
+        self.run_migrations().await
+    }
+
+    #[tracing::instrument(skip_all)]
+    async fn ping(&self) -> Result<(), StoreError> {
+        self.ready().await
+    }
+
+    async fn backup_into(&self, path: &str) -> Result<Option<()>, StoreError> {
+        self.copy_into(path).await
+    }
+
+    fn revocation_epoch(&self) -> u64 {
+        self.revocations().current()
+    }
+
+    #[tracing::instrument(skip_all, fields(key))]
+    async fn server_setting_or_insert(
+        &self,
+        key: &str,
+        candidate: &str,
+    ) -> Result<String, StoreError> {
+        let mut tx = self.write().await?;
+        sqlx::query(
+            "INSERT INTO server_settings (key, value) VALUES ($1, $2) \
+             ON CONFLICT (key) DO NOTHING",
+        )
+        .bind(key)
+        .bind(candidate)
+        .execute(&mut *tx)
+        .await?;
+        let value: String = sqlx::query_scalar("SELECT value FROM server_settings WHERE key = $1")
+            .bind(key)
+            .fetch_one(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(value)
+    }
+
+    #[tracing::instrument(skip_all)]
+    async fn purge(&self, r: &crate::store::Retention) -> Result<u64, StoreError> {
+        // Nothing references codes, tokens or the other rows deleted
+        // here (grants stay, and payments do not point at their keys).
+        let statements: [(&str, i64); 10] = [
+            (
+                "DELETE FROM oauth_codes WHERE expires_at < $1",
+                r.codes_before,
+            ),
+            ("DELETE FROM oauth_codes WHERE used_at < $1", r.codes_before),
+            (
+                "DELETE FROM oauth_tokens WHERE expires_at < $1",
+                r.tokens_before,
+            ),
+            (
+                "DELETE FROM oauth_tokens WHERE revoked_at < $1",
+                r.tokens_before,
+            ),
+            (
+                "DELETE FROM signin_failures WHERE at < $1",
+                r.signin_failures_before,
+            ),
+            (
+                "DELETE FROM idempotency_keys WHERE created_at < $1",
+                r.idempotency_keys_before,
+            ),
+            (
+                "DELETE FROM ended_sessions WHERE expires_at < $1",
+                r.ended_sessions_before,
+            ),
+            (
+                "DELETE FROM verification_tokens WHERE expires_at < $1",
+                r.verification_links_before,
+            ),
+            (
+                "DELETE FROM secret_reveals WHERE created_at < $1",
+                r.reveals_before,
+            ),
+            (
+                "DELETE FROM verification_sends WHERE sent_at < $1",
+                r.verification_sends_before,
+            ),
+        ];
+        let mut deleted = 0;
+        // One short transaction per statement, so no lock is held long.
+        for (sql, before) in statements {
+            let mut tx = self.write().await?;
+            deleted += sqlx::query(sql)
+                .bind(before)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+            tx.commit().await?;
+        }
+        Ok(deleted)
+    }
+}

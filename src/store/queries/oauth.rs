@@ -1,0 +1,789 @@
+//! The authorization server: apps, consents, grants, tokens and codes.
+//! Single-use things (codes, refresh tokens) are consumed by one guarded
+//! statement, never found first and deleted after.
+
+use super::{Connections, Db, ThisStore};
+use crate::store::{
+    App, CodeRecord, CodeUse, NewApp, NewCode, NewGrant, NewToken, OAuthStore, RefreshUse,
+    RotatedGrant, StoreError, TokenRecord,
+};
+
+#[async_trait::async_trait]
+impl OAuthStore for ThisStore {
+    #[tracing::instrument(skip_all, fields(name = %app.name))]
+    async fn insert_app(&self, app: &NewApp) -> Result<App, StoreError> {
+        const SQL: &str = concat!(
+            "INSERT INTO apps (client_id, secret_digest, name, description, \
+             redirect_url, site_url, owner_id, created_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING ",
+            crate::store::sql::app_columns!(),
+        );
+        let inserted = self
+            .write_returning(
+                sqlx::query_as::<_, App>(SQL)
+                    .bind(&app.client_id)
+                    .bind(&app.secret_digest)
+                    .bind(&app.name)
+                    .bind(&app.description)
+                    .bind(&app.redirect_url)
+                    .bind(&app.site_url)
+                    .bind(&app.owner_id)
+                    .bind(app.created_at),
+            )
+            .await?
+            .ok_or(sqlx::Error::RowNotFound)?;
+        Ok(inserted)
+    }
+
+    #[tracing::instrument(skip_all)]
+    async fn find_app(&self, client_id: &str) -> Result<Option<App>, StoreError> {
+        const SQL: &str = concat!(
+            "SELECT ",
+            crate::store::sql::app_columns!(),
+            " FROM apps WHERE client_id = $1",
+        );
+        Ok(sqlx::query_as::<_, App>(SQL)
+            .bind(client_id)
+            .fetch_optional(self.reader())
+            .await?)
+    }
+
+    #[tracing::instrument(skip_all)]
+    async fn set_app_suspended(
+        &self,
+        client_id: &str,
+        suspended: bool,
+    ) -> Result<Option<App>, StoreError> {
+        const SQL: &str = concat!(
+            "UPDATE apps SET suspended = $2 WHERE client_id = $1 RETURNING ",
+            crate::store::sql::app_columns!(),
+        );
+        let app = self
+            .write_returning(
+                sqlx::query_as::<_, App>(SQL)
+                    .bind(client_id)
+                    .bind(suspended),
+            )
+            .await?;
+        self.revocations().bump();
+        Ok(app)
+    }
+
+    #[tracing::instrument(skip_all)]
+    async fn apps_of_owner(&self, owner_id: &str) -> Result<Vec<App>, StoreError> {
+        const SQL: &str = concat!(
+            "SELECT ",
+            crate::store::sql::app_columns!(),
+            " FROM apps WHERE owner_id = $1 ORDER BY created_at, client_id",
+        );
+        Ok(sqlx::query_as::<_, App>(SQL)
+            .bind(owner_id)
+            .fetch_all(self.reader())
+            .await?)
+    }
+
+    #[tracing::instrument(skip_all)]
+    async fn update_own_app(
+        &self,
+        owner_id: &str,
+        client_id: &str,
+        update: &crate::store::AppUpdate,
+    ) -> Result<Option<App>, StoreError> {
+        const SQL: &str = concat!(
+            "UPDATE apps SET name = $3, description = $4, redirect_url = $5, \
+             site_url = $6 WHERE client_id = $1 AND owner_id = $2 RETURNING ",
+            crate::store::sql::app_columns!(),
+        );
+        let app = self
+            .write_returning(
+                sqlx::query_as::<_, App>(SQL)
+                    .bind(client_id)
+                    .bind(owner_id)
+                    .bind(&update.name)
+                    .bind(&update.description)
+                    .bind(&update.redirect_url)
+                    .bind(&update.site_url),
+            )
+            .await?;
+        Ok(app)
+    }
+
+    #[tracing::instrument(skip_all)]
+    async fn replace_app_secret(
+        &self,
+        owner_id: &str,
+        client_id: &str,
+        digest: &str,
+    ) -> Result<bool, StoreError> {
+        let done = self
+            .write_one(
+                sqlx::query(
+                    "UPDATE apps SET secret_digest = $3 WHERE client_id = $1 AND owner_id = $2",
+                )
+                .bind(client_id)
+                .bind(owner_id)
+                .bind(digest),
+            )
+            .await?
+            > 0;
+        self.revocations().bump();
+        Ok(done)
+    }
+
+    #[tracing::instrument(skip_all)]
+    async fn insert_reveal(
+        &self,
+        id: &str,
+        user_id: &str,
+        sealed: &str,
+        now: i64,
+    ) -> Result<(), StoreError> {
+        self.write_one(
+            sqlx::query(
+                "INSERT INTO secret_reveals (id, user_id, sealed, created_at) \
+             VALUES ($1, $2, $3, $4)",
+            )
+            .bind(id)
+            .bind(user_id)
+            .bind(sealed)
+            .bind(now),
+        )
+        .await?;
+        Ok(())
+    }
+
+    #[tracing::instrument(skip_all)]
+    async fn take_reveal(
+        &self,
+        id: &str,
+        user_id: &str,
+        not_before: i64,
+    ) -> Result<Option<String>, StoreError> {
+        let mut tx = self.write().await?;
+        // One statement: of two racing showings, one gets the row.
+        let sealed: Option<(String, i64)> = sqlx::query_as(
+            "DELETE FROM secret_reveals WHERE id = $1 AND user_id = $2 \
+             RETURNING sealed, created_at",
+        )
+        .bind(id)
+        .bind(user_id)
+        .fetch_optional(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(sealed.and_then(|(sealed, at)| (at >= not_before).then_some(sealed)))
+    }
+
+    #[tracing::instrument(skip_all)]
+    async fn has_consent(
+        &self,
+        user_id: &str,
+        client_id: &str,
+        scopes: &str,
+        response_type: &str,
+    ) -> Result<bool, StoreError> {
+        Ok(sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM oauth_consents \
+             WHERE user_id = $1 AND client_id = $2 AND scopes = $3 \
+             AND response_type = $4)",
+        )
+        .bind(user_id)
+        .bind(client_id)
+        .bind(scopes)
+        .bind(response_type)
+        .fetch_one(self.reader())
+        .await?)
+    }
+
+    #[tracing::instrument(skip_all)]
+    async fn insert_consent(
+        &self,
+        user_id: &str,
+        client_id: &str,
+        scopes: &str,
+        response_type: &str,
+        at: i64,
+    ) -> Result<(), StoreError> {
+        self.write_one(
+            sqlx::query(
+                "INSERT INTO oauth_consents \
+             (user_id, client_id, scopes, response_type, created_at) \
+             VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",
+            )
+            .bind(user_id)
+            .bind(client_id)
+            .bind(scopes)
+            .bind(response_type)
+            .bind(at),
+        )
+        .await?;
+        Ok(())
+    }
+
+    #[tracing::instrument(skip_all)]
+    async fn consents_of_user(
+        &self,
+        user_id: &str,
+    ) -> Result<Vec<crate::store::ConsentRow>, StoreError> {
+        Ok(sqlx::query_as::<_, crate::store::ConsentRow>(
+            "SELECT a.client_id, a.name, c.scopes, c.created_at AS authorized_at, \
+             (SELECT MAX(g.last_used_at) FROM oauth_grants g \
+              WHERE g.user_id = c.user_id AND g.client_id = c.client_id) AS last_used_at \
+             FROM oauth_consents c JOIN apps a ON a.client_id = c.client_id \
+             WHERE c.user_id = $1 ORDER BY c.created_at DESC, a.client_id",
+        )
+        .bind(user_id)
+        .fetch_all(self.reader())
+        .await?)
+    }
+
+    #[tracing::instrument(skip_all)]
+    async fn revoke_app_for_user(
+        &self,
+        user_id: &str,
+        client_id: &str,
+        now: i64,
+    ) -> Result<bool, StoreError> {
+        let mut tx = self.write().await?;
+        let consents =
+            sqlx::query("DELETE FROM oauth_consents WHERE user_id = $1 AND client_id = $2")
+                .bind(user_id)
+                .bind(client_id)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+        sqlx::query(
+            "UPDATE oauth_tokens SET revoked_at = $3 WHERE revoked_at IS NULL \
+             AND grant_id IN (SELECT id FROM oauth_grants \
+                              WHERE user_id = $1 AND client_id = $2)",
+        )
+        .bind(user_id)
+        .bind(client_id)
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+        let grants = sqlx::query(
+            "UPDATE oauth_grants SET revoked_at = $3 \
+             WHERE user_id = $1 AND client_id = $2 AND revoked_at IS NULL",
+        )
+        .bind(user_id)
+        .bind(client_id)
+        .bind(now)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        tx.commit().await?;
+        self.revocations().bump();
+        Ok(consents + grants > 0)
+    }
+
+    #[tracing::instrument(skip_all, fields(flow = grant.flow))]
+    async fn insert_grant_with_tokens(
+        &self,
+        grant: &NewGrant,
+        tokens: &[NewToken],
+    ) -> Result<(), StoreError> {
+        let mut tx = self.write().await?;
+        insert_grant(&mut tx, grant).await?;
+        for token in tokens {
+            insert_token(&mut tx, &grant.id, token).await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    #[tracing::instrument(skip_all)]
+    async fn insert_grant_with_code(
+        &self,
+        grant: &NewGrant,
+        code: &NewCode,
+    ) -> Result<(), StoreError> {
+        let mut tx = self.write().await?;
+        insert_grant(&mut tx, grant).await?;
+        sqlx::query(
+            "INSERT INTO oauth_codes (digest, grant_id, redirect_uri, code_challenge, \
+             created_at, expires_at) VALUES ($1, $2, $3, $4, $5, $6)",
+        )
+        .bind(&code.digest)
+        .bind(&grant.id)
+        .bind(&code.redirect_uri)
+        .bind(&code.code_challenge)
+        .bind(code.created_at)
+        .bind(code.expires_at)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    #[tracing::instrument(skip_all)]
+    async fn exchange_code(
+        &self,
+        digest: &str,
+        client_id: &str,
+        now: i64,
+        check: crate::store::CodeCheck<'_>,
+        tokens: &[NewToken],
+    ) -> Result<CodeUse, StoreError> {
+        let mut tx = self.write().await?;
+        // Spends the code; on PostgreSQL a simultaneous exchange waits
+        // here on the row lock, then finds it spent.
+        let spent: Option<String> = sqlx::query_scalar(
+            "UPDATE oauth_codes SET used_at = $2 WHERE digest = $1 AND used_at IS NULL \
+             RETURNING grant_id",
+        )
+        .bind(digest)
+        .bind(now)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let outcome = match spent {
+            Some(grant_id) => {
+                let record = sqlx::query_as::<_, CodeRecord>(
+                    "SELECT c.grant_id, g.client_id, g.user_id, g.scopes, c.redirect_uri, \
+                     c.code_challenge, c.expires_at \
+                     FROM oauth_codes c JOIN oauth_grants g ON g.id = c.grant_id \
+                     WHERE c.digest = $1",
+                )
+                .bind(digest)
+                .fetch_one(&mut *tx)
+                .await?;
+                if record.client_id.as_deref() != Some(client_id) {
+                    // Not this client's code: leave it as it was, and
+                    // release its row at once.
+                    tx.rollback().await?;
+                    return Ok(CodeUse::Unknown);
+                }
+                // Locks the grant (PostgreSQL), so a revocation either
+                // came first and is seen here, or waits and then
+                // revokes these tokens too.
+                let live: Option<String> = sqlx::query_scalar(
+                    "UPDATE oauth_grants SET revoked_at = revoked_at \
+                     WHERE id = $1 AND revoked_at IS NULL RETURNING id",
+                )
+                .bind(&grant_id)
+                .fetch_optional(&mut *tx)
+                .await?;
+                if live.is_none() {
+                    CodeUse::Revoked
+                } else if let Err(reason) = check(&record) {
+                    CodeUse::Refused(reason)
+                } else {
+                    for token in tokens {
+                        insert_token(&mut tx, &grant_id, token).await?;
+                    }
+                    CodeUse::Issued(record)
+                }
+            }
+            None => {
+                // Spent before: RFC 6749 §4.1.2 says revoke what it issued.
+                let grant: Option<String> =
+                    sqlx::query_scalar("SELECT grant_id FROM oauth_codes WHERE digest = $1")
+                        .bind(digest)
+                        .fetch_optional(&mut *tx)
+                        .await?;
+                match grant {
+                    Some(grant_id) => {
+                        revoke_grant(&mut tx, &grant_id, now).await?;
+                        CodeUse::Replayed
+                    }
+                    None => CodeUse::Unknown,
+                }
+            }
+        };
+        tx.commit().await?;
+        if matches!(outcome, CodeUse::Replayed) {
+            self.revocations().bump();
+        }
+        Ok(outcome)
+    }
+
+    #[tracing::instrument(skip_all)]
+    async fn rotate_refresh_token(
+        &self,
+        digest: &str,
+        client_id: &str,
+        now: i64,
+        successors: &[NewToken],
+    ) -> Result<RefreshUse, StoreError> {
+        // The guarded spend, the successors (one multi-row insert) and
+        // the grant, sent at once: on PostgreSQL one statement (its own
+        // transaction, one round trip); on SQLite one batch inside
+        // `BEGIN IMMEDIATE`, rolled back when nothing was spent.
+        let grant_columns = format!(
+            "g.id AS grant_id, g.scopes AS grant_scopes, {}",
+            crate::store::payments::prefixed(crate::store::sql::USER_COLUMNS, "u")
+        );
+        let spend = |query: &mut sqlx::QueryBuilder<'_, Db>| {
+            query
+                .push("UPDATE oauth_tokens SET used_at = ")
+                .push_bind(now)
+                .push(" WHERE digest = ")
+                .push_bind(digest.to_owned())
+                .push(
+                    " AND kind = 'refresh' AND used_at IS NULL \
+                     AND revoked_at IS NULL AND expires_at > ",
+                )
+                .push_bind(now)
+                .push(
+                    " AND grant_id IN (SELECT id FROM oauth_grants \
+                     WHERE client_id = ",
+                )
+                .push_bind(client_id.to_owned())
+                .push(" AND revoked_at IS NULL)");
+        };
+        let successor_values = |query: &mut sqlx::QueryBuilder<'_, Db>| {
+            query.push("(VALUES ");
+            for (i, token) in successors.iter().enumerate() {
+                query
+                    .push(if i == 0 { "(" } else { ", (" })
+                    .push_bind(token.digest.clone())
+                    .push(", ")
+                    .push_bind(token.kind.as_str())
+                    .push(", ")
+                    .push_bind(token.scopes.clone())
+                    .push(", ")
+                    .push_bind(token.created_at)
+                    .push(", ")
+                    .push_bind(token.expires_at)
+                    .push(")");
+            }
+            query.push(")");
+        };
+        let mut query = sqlx::QueryBuilder::<Db>::new("");
+        let spent = match self.statement_pool() {
+            Some(pool) => {
+                query.push("WITH spent AS (");
+                spend(&mut query);
+                query.push(" RETURNING grant_id)");
+                if !successors.is_empty() {
+                    query.push(
+                        ", issued AS (INSERT INTO oauth_tokens \
+                         (digest, grant_id, kind, scopes, created_at, expires_at) \
+                         SELECT t.digest, spent.grant_id, t.kind, t.scopes, \
+                         t.created_at, t.expires_at FROM spent CROSS JOIN ",
+                    );
+                    successor_values(&mut query);
+                    query.push(" AS t (digest, kind, scopes, created_at, expires_at))");
+                }
+                query.push(format!(
+                    " SELECT {grant_columns} FROM oauth_grants g \
+                     JOIN spent ON spent.grant_id = g.id \
+                     JOIN users u ON u.id = g.user_id"
+                ));
+                query
+                    .build_query_as::<RotatedGrant>()
+                    .fetch_optional(pool)
+                    .await?
+            }
+            None => {
+                query.push("BEGIN IMMEDIATE; ");
+                spend(&mut query);
+                // changes(): the rows the spend just changed.
+                query
+                    .push(format!(
+                        "; SELECT {grant_columns} FROM oauth_grants g \
+                         JOIN oauth_tokens t ON t.grant_id = g.id \
+                         JOIN users u ON u.id = g.user_id \
+                         WHERE changes() = 1 AND t.digest = "
+                    ))
+                    .push_bind(digest.to_owned());
+                if !successors.is_empty() {
+                    query.push(
+                        "; INSERT INTO oauth_tokens \
+                         (digest, grant_id, kind, scopes, created_at, expires_at) \
+                         SELECT v.column1, t.grant_id, v.column2, v.column3, \
+                         v.column4, v.column5 FROM oauth_tokens t, ",
+                    );
+                    successor_values(&mut query);
+                    // Only after a spend (a SELECT leaves changes() alone).
+                    query
+                        .push(" AS v WHERE changes() = 1 AND t.digest = ")
+                        .push_bind(digest.to_owned());
+                }
+                query.push("; COMMIT");
+                // One trip, a transaction of its own; every row, so
+                // that each statement runs.
+                self.write_batch(move |conn| {
+                    Box::pin(async move {
+                        Ok(query
+                            .build_query_as::<RotatedGrant>()
+                            .fetch_all(conn)
+                            .await?
+                            .pop())
+                    })
+                })
+                .await?
+            }
+        };
+        if let Some(grant) = spent {
+            return Ok(RefreshUse::Rotated(Box::new(grant)));
+        }
+        let mut tx = self.write().await?;
+        let used: Option<(String, Option<i64>)> = sqlx::query_as(
+            "SELECT t.grant_id, t.used_at FROM oauth_tokens t \
+             JOIN oauth_grants g ON g.id = t.grant_id \
+             WHERE t.digest = $1 AND t.kind = 'refresh' AND g.client_id = $2",
+        )
+        .bind(digest)
+        .bind(client_id)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let outcome = match used {
+            Some((grant_id, Some(_))) => {
+                revoke_grant(&mut tx, &grant_id, now).await?;
+                RefreshUse::Replayed
+            }
+            _ => RefreshUse::Invalid,
+        };
+        tx.commit().await?;
+        if matches!(outcome, RefreshUse::Replayed) {
+            self.revocations().bump();
+        }
+        Ok(outcome)
+    }
+
+    #[tracing::instrument(skip_all)]
+    async fn live_refresh_token_scopes(
+        &self,
+        digest: &str,
+        client_id: &str,
+        now: i64,
+    ) -> Result<Option<String>, StoreError> {
+        // The conditions of the spend in rotate_refresh_token.
+        Ok(sqlx::query_scalar(
+            "SELECT g.scopes FROM oauth_tokens t \
+             JOIN oauth_grants g ON g.id = t.grant_id \
+             WHERE t.digest = $1 AND t.kind = 'refresh' AND t.used_at IS NULL \
+             AND t.revoked_at IS NULL AND t.expires_at > $3 \
+             AND g.client_id = $2 AND g.revoked_at IS NULL",
+        )
+        .bind(digest)
+        .bind(client_id)
+        .bind(now)
+        .fetch_optional(self.reader())
+        .await?)
+    }
+
+    #[tracing::instrument(skip_all)]
+    async fn find_token(&self, digest: &str) -> Result<Option<TokenRecord>, StoreError> {
+        Ok(
+            sqlx::query_as::<_, TokenRecord>(&crate::store::oauth::token_queries().token)
+                .bind(digest)
+                .fetch_optional(self.reader())
+                .await?,
+        )
+    }
+
+    #[tracing::instrument(skip_all)]
+    async fn find_token_with_friends_count(
+        &self,
+        digest: &str,
+    ) -> Result<Option<TokenRecord>, StoreError> {
+        Ok(sqlx::query_as::<_, TokenRecord>(
+            &crate::store::oauth::token_queries().token_with_friends_count,
+        )
+        .bind(digest)
+        .fetch_optional(self.reader())
+        .await?)
+    }
+
+    #[tracing::instrument(skip_all)]
+    async fn find_client_and_token(
+        &self,
+        client_id: &str,
+        digest: &str,
+    ) -> Result<Option<(crate::store::IntrospectingClient, Option<TokenRecord>)>, StoreError> {
+        use sqlx::{FromRow as _, Row as _};
+        let row = sqlx::query(&crate::store::oauth::token_queries().client_and_token)
+            .bind(client_id)
+            .bind(digest)
+            .fetch_optional(self.reader())
+            .await?;
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        let client = crate::store::IntrospectingClient::from_row(&row)?;
+        // The token's grant column is NULL exactly when the token is unknown.
+        let grant_id: Option<String> = row.try_get("grant_id")?;
+        let token = match grant_id {
+            Some(_) => Some(TokenRecord::from_row(&row)?),
+            None => None,
+        };
+        Ok(Some((client, token)))
+    }
+
+    #[tracing::instrument(skip_all)]
+    async fn revoke_token(
+        &self,
+        digest: &str,
+        client_id: Option<&str>,
+        now: i64,
+    ) -> Result<bool, StoreError> {
+        let mut tx = self.write().await?;
+        let found: Option<(String, String)> = sqlx::query_as(
+            "UPDATE oauth_tokens SET revoked_at = $2 \
+             WHERE digest = $1 AND revoked_at IS NULL \
+             AND ($3 IS NULL OR grant_id IN \
+                  (SELECT id FROM oauth_grants WHERE client_id = $3)) \
+             RETURNING grant_id, kind",
+        )
+        .bind(digest)
+        .bind(now)
+        .bind(client_id)
+        .fetch_optional(&mut *tx)
+        .await?;
+        if let Some((grant_id, kind)) = &found {
+            // RFC 7009 §2.1: revoking a refresh token revokes its family.
+            if kind == "refresh" {
+                revoke_grant(&mut tx, grant_id, now).await?;
+            }
+        }
+        tx.commit().await?;
+        self.revocations().bump();
+        Ok(found.is_some())
+    }
+
+    #[tracing::instrument(skip_all)]
+    async fn revoke_grant(&self, grant_id: &str, now: i64) -> Result<(), StoreError> {
+        let mut tx = self.write().await?;
+        revoke_grant(&mut tx, grant_id, now).await?;
+        tx.commit().await?;
+        self.revocations().bump();
+        Ok(())
+    }
+
+    #[tracing::instrument(skip_all)]
+    async fn personal_tokens(
+        &self,
+        user_id: &str,
+        now: i64,
+    ) -> Result<Vec<crate::store::PersonalToken>, StoreError> {
+        Ok(sqlx::query_as::<_, crate::store::PersonalToken>(
+            "SELECT g.id AS grant_id, g.scopes, g.created_at, g.last_used_at, \
+             MAX(t.expires_at) AS expires_at \
+             FROM oauth_grants g JOIN oauth_tokens t ON t.grant_id = g.id \
+             WHERE g.user_id = $1 AND g.client_id IS NULL AND g.revoked_at IS NULL \
+             AND t.revoked_at IS NULL AND t.expires_at > $2 \
+             GROUP BY g.id, g.scopes, g.created_at, g.last_used_at \
+             ORDER BY g.created_at DESC, g.id",
+        )
+        .bind(user_id)
+        .bind(now)
+        .fetch_all(self.reader())
+        .await?)
+    }
+
+    #[tracing::instrument(skip_all)]
+    async fn revoke_personal_token(
+        &self,
+        user_id: &str,
+        grant_id: &str,
+        now: i64,
+    ) -> Result<bool, StoreError> {
+        let mut tx = self.write().await?;
+        let found = sqlx::query(
+            "UPDATE oauth_grants SET revoked_at = $3 WHERE id = $1 AND user_id = $2 \
+             AND client_id IS NULL AND revoked_at IS NULL",
+        )
+        .bind(grant_id)
+        .bind(user_id)
+        .bind(now)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected()
+            > 0;
+        if found {
+            revoke_tokens_of(&mut tx, grant_id, now).await?;
+        }
+        tx.commit().await?;
+        self.revocations().bump();
+        Ok(found)
+    }
+
+    #[tracing::instrument(skip_all)]
+    async fn touch_grant(
+        &self,
+        grant_id: &str,
+        now: i64,
+        stale_before: i64,
+    ) -> Result<(), StoreError> {
+        self.write_one(
+            sqlx::query(
+                "UPDATE oauth_grants SET last_used_at = $2 \
+             WHERE id = $1 AND (last_used_at IS NULL OR last_used_at < $3)",
+            )
+            .bind(grant_id)
+            .bind(now)
+            .bind(stale_before),
+        )
+        .await?;
+        Ok(())
+    }
+}
+
+async fn insert_grant(
+    tx: &mut sqlx::Transaction<'static, Db>,
+    grant: &NewGrant,
+) -> Result<(), StoreError> {
+    sqlx::query(
+        "INSERT INTO oauth_grants (id, user_id, client_id, scopes, flow, created_at) \
+         VALUES ($1, $2, $3, $4, $5, $6)",
+    )
+    .bind(&grant.id)
+    .bind(&grant.user_id)
+    .bind(&grant.client_id)
+    .bind(&grant.scopes)
+    .bind(grant.flow)
+    .bind(grant.created_at)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+async fn insert_token(
+    tx: &mut sqlx::Transaction<'static, Db>,
+    grant_id: &str,
+    token: &NewToken,
+) -> Result<(), StoreError> {
+    sqlx::query(
+        "INSERT INTO oauth_tokens (digest, grant_id, kind, created_at, expires_at, scopes) \
+         VALUES ($1, $2, $3, $4, $5, $6)",
+    )
+    .bind(&token.digest)
+    .bind(grant_id)
+    .bind(token.kind.as_str())
+    .bind(token.created_at)
+    .bind(token.expires_at)
+    .bind(&token.scopes)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+async fn revoke_grant(
+    tx: &mut sqlx::Transaction<'static, Db>,
+    grant_id: &str,
+    now: i64,
+) -> Result<(), StoreError> {
+    sqlx::query("UPDATE oauth_grants SET revoked_at = $2 WHERE id = $1 AND revoked_at IS NULL")
+        .bind(grant_id)
+        .bind(now)
+        .execute(&mut **tx)
+        .await?;
+    revoke_tokens_of(tx, grant_id, now).await
+}
+
+/// Revokes every live token issued under a grant.
+async fn revoke_tokens_of(
+    tx: &mut sqlx::Transaction<'static, Db>,
+    grant_id: &str,
+    now: i64,
+) -> Result<(), StoreError> {
+    sqlx::query(
+        "UPDATE oauth_tokens SET revoked_at = $2 WHERE grant_id = $1 AND revoked_at IS NULL",
+    )
+    .bind(grant_id)
+    .bind(now)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}

@@ -1,0 +1,796 @@
+//! Payments, their refunds and idempotency keys, deposits and the audit's
+//! snapshot. Every state change is one guarded statement (`WHERE status =
+//! 'pending'`) in the same transaction as the money it moves, so a payment
+//! changes state exactly once however many instances race for it.
+
+use super::{
+    push_binds, Args, Connections, Db, ThisStore, AUDIT_SETTINGS, AUDIT_SUSPECTS_SETTINGS,
+    CHARGE_BATCH, CHARGE_SQL, HOLD_BATCH, HOLD_SQL, LOCK_SETTLED_TARGETS, SKIP_LOCKED,
+};
+use crate::store::{AccountBalance, AuditSnapshot, LedgerSum, Movement, PaymentStore, StoreError};
+
+impl ThisStore {
+    /// Takes an Idempotency-Key for this transaction, forgetting an
+    /// expired one first. False if the key is held: one atomic statement
+    /// takes it, so a racing request waits for this transaction and then
+    /// finds it taken.
+    async fn take_idempotency_key(
+        tx: &mut sqlx::Transaction<'static, Db>,
+        key: &crate::store::IdempotencyKey,
+    ) -> Result<bool, StoreError> {
+        sqlx::query(
+            "DELETE FROM idempotency_keys \
+             WHERE owner_id = $1 AND key = $2 AND created_at < $3",
+        )
+        .bind(&key.owner_id)
+        .bind(&key.key)
+        .bind(key.expired_before)
+        .execute(&mut **tx)
+        .await?;
+        let taken = sqlx::query(
+            "INSERT INTO idempotency_keys (owner_id, key, fingerprint, created_at) \
+             VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",
+        )
+        .bind(&key.owner_id)
+        .bind(&key.key)
+        .bind(&key.fingerprint)
+        .bind(key.now)
+        .execute(&mut **tx)
+        .await?;
+        Ok(taken.rows_affected() == 1)
+    }
+
+    /// Records what a key's first request changed and answered.
+    async fn complete_idempotency_key(
+        tx: &mut sqlx::Transaction<'static, Db>,
+        key: &crate::store::IdempotencyKey,
+        payment_id: &str,
+        balance_cents: Option<i64>,
+    ) -> Result<(), StoreError> {
+        sqlx::query(
+            "UPDATE idempotency_keys SET payment_id = $3, balance_cents = $4 \
+             WHERE owner_id = $1 AND key = $2",
+        )
+        .bind(&key.owner_id)
+        .bind(&key.key)
+        .bind(payment_id)
+        .bind(balance_cents)
+        .execute(&mut **tx)
+        .await?;
+        Ok(())
+    }
+
+    async fn insert_payment_row(
+        tx: &mut sqlx::Transaction<'static, Db>,
+        p: &crate::store::Payment,
+    ) -> Result<(), StoreError> {
+        const SQL: &str = concat!(
+            "INSERT INTO payments (",
+            crate::store::payments::payment_columns!(),
+            ") VALUES \
+             ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)",
+        );
+        Self::bind_payment(sqlx::query(SQL), p.clone())
+            .execute(&mut **tx)
+            .await?;
+        Ok(())
+    }
+
+    /// Binds `$1`..`$17`: the payment row in `PAYMENT_COLUMNS` order.
+    fn bind_payment<'q>(
+        query: sqlx::query::Query<'q, Db, Args<'q>>,
+        p: crate::store::Payment,
+    ) -> sqlx::query::Query<'q, Db, Args<'q>> {
+        query
+            .bind(p.id)
+            .bind(p.kind.as_str())
+            .bind(p.actor_id)
+            .bind(p.target_type.as_str())
+            .bind(p.target_user_id)
+            .bind(p.target_email)
+            .bind(p.target_phone)
+            .bind(p.action.as_str())
+            .bind(p.amount_cents)
+            .bind(p.note)
+            .bind(p.audience.as_str())
+            .bind(p.status.as_str())
+            .bind(p.medium.as_str())
+            .bind(p.date_created)
+            .bind(p.date_completed)
+            .bind(p.reached_account_at)
+            .bind(p.refund_payment_id)
+    }
+
+    /// The statements that write a new payment with its parties and, for a
+    /// pay, the hold the ledger decided (`sql`: `HOLD_SQL` or `CHARGE_SQL`, or
+    /// their `_BATCH` forms), with every value bound. Each returns the actor's
+    /// balance afterwards; a pay returns none when it is not covered.
+    fn payment_statements(
+        insert: &crate::store::PaymentInsert,
+        sql: &'static str,
+    ) -> Result<sqlx::query::Query<'static, Db, Args<'static>>, StoreError> {
+        let p = &insert.payment;
+        let mut query = Self::bind_payment(sqlx::query(sql), p.clone());
+        if let Some(hold) = &insert.hold {
+            // The statements debit the payment's actor by its amount at its
+            // time; a hold of anything else is not what they write.
+            if p.actor_id.as_deref() != Some(hold.from.as_str())
+                || hold.cents != p.amount_cents
+                || hold.at != p.date_created
+            {
+                return Err(StoreError::Unexpected(anyhow::anyhow!(
+                    "a hold must move the payment's amount from its actor"
+                )));
+            }
+            query = query
+                .bind(hold.id.clone())
+                .bind(hold.to.clone())
+                .bind(hold.kind.as_str());
+        }
+        Ok(query)
+    }
+
+    /// The actor's balance from the rows the payment statements returned;
+    /// None when a pay is not covered.
+    fn recorded_balance(
+        insert: &crate::store::PaymentInsert,
+        rows: &[<Db as sqlx::Database>::Row],
+    ) -> Result<Option<i64>, StoreError> {
+        let balance = match rows.last() {
+            Some(row) => Some(sqlx::Row::try_get::<i64, _>(row, 0)?),
+            None => None,
+        };
+        if balance.is_none() && insert.hold.is_none() {
+            return Err(StoreError::NotFound("user"));
+        }
+        Ok(balance)
+    }
+
+    /// Writes a new payment inside the caller's transaction; see
+    /// [`Self::payment_statements`].
+    async fn record_payment(
+        tx: &mut sqlx::Transaction<'static, Db>,
+        insert: &crate::store::PaymentInsert,
+    ) -> Result<Option<i64>, StoreError> {
+        let sql = if insert.hold.is_some() {
+            HOLD_SQL
+        } else {
+            CHARGE_SQL
+        };
+        // Every row, so that each of SQLite's statements runs.
+        let rows = Self::payment_statements(insert, sql)?
+            .fetch_all(&mut **tx)
+            .await?;
+        Self::recorded_balance(insert, &rows)
+    }
+
+    async fn payment_in(
+        tx: &mut sqlx::Transaction<'static, Db>,
+        id: &str,
+    ) -> Result<crate::store::Payment, StoreError> {
+        const SQL: &str = concat!(
+            "SELECT ",
+            crate::store::payments::payment_columns!(),
+            " FROM payments WHERE id = $1",
+        );
+        Ok(sqlx::query_as::<_, crate::store::Payment>(SQL)
+            .bind(id)
+            .fetch_one(&mut **tx)
+            .await?)
+    }
+
+    async fn balance_in(
+        tx: &mut sqlx::Transaction<'static, Db>,
+        user_id: &str,
+    ) -> Result<i64, StoreError> {
+        sqlx::query_scalar::<_, i64>("SELECT balance_cents FROM users WHERE id = $1")
+            .bind(user_id)
+            .fetch_optional(&mut **tx)
+            .await?
+            .ok_or(StoreError::NotFound("user"))
+    }
+
+    async fn ledger_move(
+        tx: &mut sqlx::Transaction<'static, Db>,
+        movement_id: &str,
+        kind: crate::store::EntryKind,
+        payment_id: &str,
+        at: i64,
+        m: &crate::store::Move,
+    ) -> Result<(), StoreError> {
+        sqlx::query(
+            "INSERT INTO ledger_entries \
+             (movement_id, kind, account, amount_cents, payment_id, created_at) \
+             VALUES ($1, $2, $3, $4, $5, $6), ($1, $2, $7, $8, $5, $6)",
+        )
+        .bind(movement_id)
+        .bind(kind.as_str())
+        .bind(&m.from)
+        .bind(-m.cents)
+        .bind(payment_id)
+        .bind(at)
+        .bind(&m.to)
+        .bind(m.cents)
+        .execute(&mut **tx)
+        .await?;
+        Ok(())
+    }
+
+    /// Applies net balance changes in user-id order, so concurrent
+    /// transactions lock user rows in one order and cannot deadlock.
+    /// Returns false if a debit is not covered.
+    async fn apply_balances(
+        tx: &mut sqlx::Transaction<'static, Db>,
+        moves: &[crate::store::Move],
+    ) -> Result<bool, StoreError> {
+        let mut net: std::collections::BTreeMap<&str, i64> = Default::default();
+        for m in moves {
+            *net.entry(m.from.as_str()).or_default() -= m.cents;
+            *net.entry(m.to.as_str()).or_default() += m.cents;
+        }
+        for (account, delta) in net {
+            if account.starts_with('@') || delta == 0 {
+                continue;
+            }
+            let done = sqlx::query(
+                "UPDATE users SET balance_cents = balance_cents + $1 \
+                 WHERE id = $2 AND balance_cents + $1 >= 0",
+            )
+            .bind(delta)
+            .bind(account)
+            .execute(&mut **tx)
+            .await?;
+            if done.rows_affected() == 0 {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+}
+
+#[async_trait::async_trait]
+impl PaymentStore for ThisStore {
+    #[tracing::instrument(skip_all, fields(payment_id = %insert.payment.id))]
+    async fn insert_payment(
+        &self,
+        insert: &crate::store::PaymentInsert,
+    ) -> Result<crate::store::InsertOutcome, StoreError> {
+        use crate::store::InsertOutcome;
+        let p = &insert.payment;
+        p.actor_id.as_deref().ok_or(StoreError::NotFound("actor"))?;
+        let created = |balance: Option<i64>| match balance {
+            Some(balance) => InsertOutcome::Created {
+                payment: p.clone(),
+                actor_balance_cents: balance,
+            },
+            None => InsertOutcome::InsufficientFunds,
+        };
+        let Some(key) = &insert.idempotency else {
+            // One trip: the statements are a transaction of their own.
+            let sql = if insert.hold.is_some() {
+                HOLD_BATCH
+            } else {
+                CHARGE_BATCH
+            };
+            let statements = Self::payment_statements(insert, sql)?;
+            let rows = self
+                .write_batch(move |conn| Box::pin(statements.fetch_all(conn)))
+                .await?;
+            return Ok(created(Self::recorded_balance(insert, &rows)?));
+        };
+        let mut tx = self.write().await?;
+        if !Self::take_idempotency_key(&mut tx, key).await? {
+            let (fingerprint, payment_id, balance): (String, Option<String>, Option<i64>) =
+                sqlx::query_as(
+                    "SELECT fingerprint, payment_id, balance_cents \
+                     FROM idempotency_keys WHERE owner_id = $1 AND key = $2",
+                )
+                .bind(&key.owner_id)
+                .bind(&key.key)
+                .fetch_one(&mut *tx)
+                .await?;
+            let outcome = match payment_id {
+                Some(id) if fingerprint == key.fingerprint => InsertOutcome::Replayed {
+                    payment: Self::payment_in(&mut tx, &id).await?,
+                    actor_balance_cents: balance.unwrap_or(0),
+                },
+                _ => InsertOutcome::KeyConflict,
+            };
+            tx.commit().await?;
+            return Ok(outcome);
+        }
+        let Some(balance) = Self::record_payment(&mut tx, insert).await? else {
+            // Rolled back now, not when the connection is next used:
+            // the key and the row locks go at once.
+            tx.rollback().await?;
+            return Ok(InsertOutcome::InsufficientFunds);
+        };
+        sqlx::query(
+            "UPDATE idempotency_keys SET payment_id = $3, balance_cents = $4 \
+             WHERE owner_id = $1 AND key = $2",
+        )
+        .bind(&key.owner_id)
+        .bind(&key.key)
+        .bind(&p.id)
+        .bind(balance)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(created(Some(balance)))
+    }
+
+    #[tracing::instrument(skip_all, fields(payment_id = %t.payment_id, status = t.status.as_str()))]
+    async fn apply_transition(
+        &self,
+        t: &crate::store::Transition,
+    ) -> Result<crate::store::TransitionOutcome, StoreError> {
+        use crate::store::TransitionOutcome;
+        let mut tx = self.write().await?;
+        if let Some(key) = &t.idempotency {
+            if !Self::take_idempotency_key(&mut tx, key).await? {
+                tx.rollback().await?;
+                return Ok(TransitionOutcome::KeyTaken);
+            }
+        }
+        if t.skip_locked {
+            static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+                format!("SELECT id FROM payments WHERE id = $1 AND status = 'pending'{SKIP_LOCKED}")
+            });
+            let free: Option<String> = sqlx::query_scalar(&SQL)
+                .bind(&t.payment_id)
+                .fetch_optional(&mut *tx)
+                .await?;
+            if free.is_none() {
+                tx.rollback().await?;
+                return Ok(TransitionOutcome::NotPending);
+            }
+        }
+        // The refund row exists before the payment points at it; if the
+        // guarded update below finds the payment settled, all rolls back.
+        if let Some(refund) = &t.refund {
+            Self::insert_payment_row(&mut tx, refund).await?;
+        }
+        let sql = format!(
+            "UPDATE payments SET status = $2, date_completed = $3, \
+             refund_payment_id = $4 WHERE id = $1 AND status = 'pending'{}{}",
+            if t.unclaimed_only {
+                " AND target_user_id IS NULL"
+            } else {
+                ""
+            },
+            if t.only_if_active.is_some() {
+                " AND EXISTS (SELECT 1 FROM users WHERE id = $5 AND NOT suspended)"
+            } else {
+                ""
+            }
+        );
+        let mut update = sqlx::query(&sql)
+            .bind(&t.payment_id)
+            .bind(t.status.as_str())
+            .bind(t.at)
+            .bind(t.refund.as_ref().map(|r| r.id.clone()));
+        if let Some(user_id) = &t.only_if_active {
+            update = update.bind(user_id);
+        }
+        let changed = update.execute(&mut *tx).await?;
+        // Early answers roll back at once (a dropped transaction would
+        // keep its row locks until its connection is next used).
+        if changed.rows_affected() == 0 {
+            tx.rollback().await?;
+            return Ok(TransitionOutcome::NotPending);
+        }
+        if !Self::apply_balances(&mut tx, &t.moves).await? {
+            tx.rollback().await?;
+            return Ok(TransitionOutcome::InsufficientFunds);
+        }
+        for m in &t.moves {
+            Self::ledger_move(
+                &mut tx,
+                &t.movement_id,
+                t.entry_kind,
+                &t.payment_id,
+                t.at,
+                m,
+            )
+            .await?;
+        }
+        let payment = Self::payment_in(&mut tx, &t.payment_id).await?;
+        let balance_cents = match &t.balance_of {
+            Some(user_id) => Some(Self::balance_in(&mut tx, user_id).await?),
+            None => None,
+        };
+        if let Some(key) = &t.idempotency {
+            Self::complete_idempotency_key(&mut tx, key, &t.payment_id, balance_cents).await?;
+        }
+        tx.commit().await?;
+        Ok(TransitionOutcome::Applied {
+            payment: Box::new(payment),
+            refund: t.refund.clone().map(Box::new),
+            balance_cents,
+        })
+    }
+
+    #[tracing::instrument(skip_all, fields(count = settlements.len()))]
+    async fn settle_payments(
+        &self,
+        settlements: &[crate::store::Settlement],
+        at: i64,
+    ) -> Result<Vec<String>, StoreError> {
+        if settlements.is_empty() {
+            return Ok(Vec::new());
+        }
+        let push_ids = |query: &mut sqlx::QueryBuilder<'_, Db>| {
+            push_binds(query, settlements.iter().map(|s| s.payment_id.clone()));
+        };
+        let mut tx = self.write().await?;
+        if let Some((head, tail)) = LOCK_SETTLED_TARGETS {
+            let mut lock = sqlx::QueryBuilder::<Db>::new(head);
+            push_ids(&mut lock);
+            lock.push(tail);
+            lock.build().fetch_all(&mut *tx).await?;
+        }
+        let mut update = sqlx::QueryBuilder::<Db>::new(
+            "UPDATE payments SET status = 'settled', date_completed = ",
+        );
+        update
+            .push_bind(at)
+            .push(" WHERE id IN (SELECT id FROM payments WHERE id IN (");
+        push_ids(&mut update);
+        update.push(format!(
+            ") AND status = 'pending'{SKIP_LOCKED}) \
+             AND status = 'pending' AND action = 'pay' \
+             AND EXISTS (SELECT 1 FROM users u \
+                         WHERE u.id = payments.target_user_id AND NOT u.suspended) \
+             RETURNING id, target_user_id, amount_cents"
+        ));
+        let settled: Vec<(String, String, i64)> =
+            update.build_query_as().fetch_all(&mut *tx).await?;
+        if settled.is_empty() {
+            tx.rollback().await?;
+            return Ok(Vec::new());
+        }
+        let mut credits: std::collections::BTreeMap<&str, i64> = Default::default();
+        for (_, target, cents) in &settled {
+            *credits.entry(target.as_str()).or_default() += cents;
+        }
+        let mut credit = sqlx::QueryBuilder::<Db>::new(
+            "UPDATE users SET balance_cents = balance_cents + CASE id",
+        );
+        for (account, cents) in &credits {
+            credit
+                .push(" WHEN ")
+                .push_bind(account.to_string())
+                .push(" THEN ")
+                .push_bind(*cents);
+        }
+        credit.push(" END WHERE id IN (");
+        push_binds(
+            &mut credit,
+            credits.keys().map(|account| account.to_string()),
+        );
+        credit.push(")");
+        credit.build().execute(&mut *tx).await?;
+        let movements: std::collections::HashMap<&str, &str> = settlements
+            .iter()
+            .map(|s| (s.payment_id.as_str(), s.movement_id.as_str()))
+            .collect();
+        let mut entries = sqlx::QueryBuilder::<Db>::new(
+            "INSERT INTO ledger_entries \
+             (movement_id, kind, account, amount_cents, payment_id, created_at) ",
+        );
+        let mut rows = Vec::with_capacity(settled.len() * 2);
+        for (id, target, cents) in &settled {
+            let movement = *movements
+                .get(id.as_str())
+                .ok_or(StoreError::NotFound("settlement"))?;
+            rows.push((movement, crate::store::accounts::HELD, -cents, id));
+            rows.push((movement, target.as_str(), *cents, id));
+        }
+        entries.push_values(rows, |mut row, (movement, account, cents, id)| {
+            row.push_bind(movement.to_owned())
+                .push_bind(crate::store::EntryKind::Settle.as_str())
+                .push_bind(account.to_owned())
+                .push_bind(cents)
+                .push_bind(id.clone())
+                .push_bind(at);
+        });
+        entries.build().execute(&mut *tx).await?;
+        tx.commit().await?;
+        Ok(settled.into_iter().map(|(id, _, _)| id).collect())
+    }
+
+    #[tracing::instrument(skip_all, fields(count = ids.len()))]
+    async fn find_payments(
+        &self,
+        ids: &[String],
+    ) -> Result<Vec<crate::store::Payment>, StoreError> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        const SQL: &str = concat!(
+            "SELECT ",
+            crate::store::payments::payment_columns!(),
+            " FROM payments WHERE id IN (",
+        );
+        let mut query = sqlx::QueryBuilder::<Db>::new(SQL);
+        push_binds(&mut query, ids.iter().cloned());
+        query.push(")");
+        Ok(query
+            .build_query_as::<crate::store::Payment>()
+            .fetch_all(self.reader())
+            .await?)
+    }
+
+    async fn find_idempotency_key(
+        &self,
+        owner_id: &str,
+        key: &str,
+        created_since: i64,
+    ) -> Result<Option<crate::store::StoredIdempotencyKey>, StoreError> {
+        Ok(sqlx::query_as(
+            "SELECT fingerprint, payment_id, balance_cents FROM idempotency_keys \
+             WHERE owner_id = $1 AND key = $2 AND created_at >= $3",
+        )
+        .bind(owner_id)
+        .bind(key)
+        .bind(created_since)
+        .fetch_optional(self.reader())
+        .await?)
+    }
+
+    #[tracing::instrument(skip_all)]
+    async fn list_payments(
+        &self,
+        f: &crate::store::PaymentFilter,
+    ) -> Result<Vec<crate::store::Payment>, StoreError> {
+        static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+            format!(
+                "SELECT {} FROM payment_parties pp JOIN payments p ON p.id = pp.payment_id \
+                 WHERE pp.user_id = ",
+                crate::store::payments::prefixed(crate::store::payments::PAYMENT_COLUMNS, "p")
+            )
+        });
+        let mut query = sqlx::QueryBuilder::<Db>::new(SQL.as_str());
+        query.push_bind(f.owner_id.clone());
+        if let Some(after) = f.after {
+            query.push(" AND pp.date_created > ").push_bind(after);
+        }
+        match &f.before {
+            // A row comparison, so both databases walk the primary key
+            // (user_id, date_created, payment_id) straight to the spot.
+            Some((at, Some(id))) => {
+                query
+                    .push(" AND (pp.date_created, pp.payment_id) < (")
+                    .push_bind(*at)
+                    .push(", ")
+                    .push_bind(id.clone())
+                    .push(")");
+            }
+            Some((at, None)) => {
+                query.push(" AND pp.date_created < ").push_bind(*at);
+            }
+            None => {}
+        }
+        if let Some(action) = f.action {
+            query.push(" AND p.action = ").push_bind(action.as_str());
+        }
+        if !f.actor_ids.is_empty() {
+            query.push(" AND p.actor_id IN (");
+            push_binds(&mut query, f.actor_ids.iter().cloned());
+            query.push(")");
+        }
+        if !f.statuses.is_empty() {
+            query.push(" AND p.status IN (");
+            push_binds(&mut query, f.statuses.iter().map(|status| status.as_str()));
+            query.push(")");
+        }
+        query
+            .push(" ORDER BY pp.date_created DESC, pp.payment_id DESC LIMIT ")
+            .push_bind(f.limit);
+        Ok(query
+            .build_query_as::<crate::store::Payment>()
+            .fetch_all(self.reader())
+            .await?)
+    }
+
+    #[tracing::instrument(skip_all)]
+    async fn due_payments(
+        &self,
+        settle_by: i64,
+        expire_by: i64,
+        limit: i64,
+    ) -> Result<Vec<crate::store::DuePayment>, StoreError> {
+        static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+            format!(
+                "SELECT {}, u.suspended AS target_suspended FROM payments p \
+                 LEFT JOIN users u ON u.id = p.target_user_id \
+                 WHERE p.status = 'pending' AND ( \
+                   (p.action = 'pay' AND p.target_user_id IS NOT NULL \
+                     AND p.reached_account_at <= $1) \
+                   OR (p.target_user_id IS NULL AND p.date_created <= $2)) \
+                 ORDER BY p.date_created LIMIT $3",
+                crate::store::payments::prefixed(crate::store::payments::PAYMENT_COLUMNS, "p")
+            )
+        });
+        Ok(sqlx::query_as::<_, crate::store::DuePayment>(&SQL)
+            .bind(settle_by)
+            .bind(expire_by)
+            .bind(limit)
+            .fetch_all(self.reader())
+            .await?)
+    }
+
+    #[tracing::instrument(skip_all, fields(user_id))]
+    async fn claim_payments(
+        &self,
+        user_id: &str,
+        email: Option<&str>,
+        phone: Option<&str>,
+        now: i64,
+    ) -> Result<u64, StoreError> {
+        if email.is_none() && phone.is_none() {
+            return Ok(0);
+        }
+        let mut tx = self.write().await?;
+        let claimed: Vec<(String, i64)> = sqlx::query_as(
+            "UPDATE payments SET target_user_id = $1, reached_account_at = $4 \
+             WHERE status = 'pending' AND kind = 'payment' AND target_user_id IS NULL \
+               AND actor_id <> $1 \
+               AND ((target_email IS NOT NULL AND target_email = $2) \
+                 OR (target_phone IS NOT NULL AND target_phone = $3)) \
+             RETURNING id, date_created",
+        )
+        .bind(user_id)
+        .bind(email)
+        .bind(phone)
+        .bind(now)
+        .fetch_all(&mut *tx)
+        .await?;
+        for (id, date_created) in &claimed {
+            sqlx::query(
+                "INSERT INTO payment_parties (user_id, date_created, payment_id) \
+                 VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
+            )
+            .bind(user_id)
+            .bind(date_created)
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(claimed.len() as u64)
+    }
+
+    #[tracing::instrument(skip_all, fields(to = %movement.to, cents = movement.cents))]
+    async fn deposit(&self, movement: &Movement) -> Result<i64, StoreError> {
+        let mut tx = self.write().await?;
+        let balance: Option<i64> = sqlx::query_scalar(
+            "UPDATE users SET balance_cents = balance_cents + $1 WHERE id = $2 \
+             RETURNING balance_cents",
+        )
+        .bind(movement.cents)
+        .bind(&movement.to)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let balance = balance.ok_or(StoreError::NotFound("user"))?;
+        sqlx::query(
+            "INSERT INTO ledger_entries \
+             (movement_id, kind, account, amount_cents, payment_id, created_at) \
+             VALUES ($1, $2, $3, $4, NULL, $5), ($1, $2, $6, $7, NULL, $5)",
+        )
+        .bind(&movement.id)
+        .bind(movement.kind.as_str())
+        .bind(&movement.from)
+        .bind(-movement.cents)
+        .bind(movement.at)
+        .bind(&movement.to)
+        .bind(movement.cents)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(balance)
+    }
+
+    #[tracing::instrument(skip_all)]
+    async fn audit_snapshot(
+        &self,
+        chunk: i64,
+        each: &mut (dyn FnMut(crate::store::AuditChunk) + Send),
+    ) -> Result<AuditSnapshot, StoreError> {
+        // Every sum is taken in SQL; the covering indexes on ledger_entries
+        // let each be read from an index alone.
+        let mut tx = self.snapshot().await?;
+        run_each(&mut tx, AUDIT_SETTINGS).await?;
+        let balances = sqlx::query_as::<_, AccountBalance>(
+            "SELECT id AS user_id, username, balance_cents FROM users ORDER BY id",
+        )
+        .fetch_all(&mut *tx)
+        .await?;
+        let ledger_sums = sqlx::query_as::<_, LedgerSum>(
+            "SELECT account, CAST(SUM(amount_cents) AS BIGINT) AS total_cents \
+             FROM ledger_entries GROUP BY account ORDER BY account",
+        )
+        .fetch_all(&mut *tx)
+        .await?;
+        let unbalanced_movements = sqlx::query_as::<_, LedgerSum>(
+            "SELECT movement_id AS account, CAST(SUM(amount_cents) AS BIGINT) AS total_cents \
+             FROM ledger_entries GROUP BY movement_id HAVING SUM(amount_cents) <> 0",
+        )
+        .fetch_all(&mut *tx)
+        .await?;
+        let pending_pay_cents: i64 = sqlx::query_scalar(
+            "SELECT CAST(COALESCE(SUM(amount_cents), 0) AS BIGINT) FROM payments \
+             WHERE kind = 'payment' AND action = 'pay' AND status = 'pending'",
+        )
+        .fetch_one(&mut *tx)
+        .await?;
+        // Each payment's entries, net by account, against what its action
+        // and status say moved, and its refund against the refund rule, in
+        // one pass in SQL: only the payments that disagree come back, to
+        // be read again below and worded by the audit.
+        let (set, reset) = AUDIT_SUSPECTS_SETTINGS;
+        run_each(&mut tx, set).await?;
+        let mut suspects: Vec<String> = sqlx::query_scalar(crate::store::sql::AUDIT_SUSPECTS)
+            .fetch_all(&mut *tx)
+            .await?;
+        run_each(&mut tx, reset).await?;
+        suspects.sort();
+        for ids in suspects.chunks(chunk.max(1) as usize) {
+            let mut payments_query = sqlx::QueryBuilder::<Db>::new(
+                "SELECT p.id, p.action, p.status, p.actor_id, p.target_user_id, \
+                 p.amount_cents, r.amount_cents AS refund_amount_cents, \
+                 r.target_user_id AS refund_target_id \
+                 FROM payments p LEFT JOIN payments r ON r.id = p.refund_payment_id \
+                 WHERE p.kind = 'payment' AND p.id IN (",
+            );
+            let mut entries_query = sqlx::QueryBuilder::<Db>::new(
+                "SELECT payment_id, account, amount_cents AS total_cents \
+                 FROM ledger_entries WHERE payment_id IN (",
+            );
+            for query in [&mut payments_query, &mut entries_query] {
+                push_binds(query, ids.iter().cloned());
+                query.push(")");
+            }
+            let mut payments = payments_query
+                .build_query_as::<crate::store::AuditPayment>()
+                .fetch_all(&mut *tx)
+                .await?;
+            payments.sort_by(|a, b| a.id.cmp(&b.id));
+            let payment_entries = entries_query
+                .build_query_as::<crate::store::PaymentEntrySum>()
+                .fetch_all(&mut *tx)
+                .await?;
+            each(crate::store::AuditChunk {
+                payments,
+                payment_entries,
+            });
+        }
+        // Entries that name no payment.
+        let entries_without_payment: Vec<String> = sqlx::query_scalar(
+            "SELECT e.payment_id FROM (SELECT DISTINCT payment_id FROM ledger_entries \
+             WHERE payment_id IS NOT NULL) e WHERE NOT EXISTS ( \
+               SELECT 1 FROM payments p WHERE p.id = e.payment_id AND p.kind = 'payment')",
+        )
+        .fetch_all(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(AuditSnapshot {
+            balances,
+            ledger_sums,
+            unbalanced_movements,
+            pending_pay_cents,
+            entries_without_payment,
+        })
+    }
+}
+
+/// Runs each statement in turn (session settings).
+async fn run_each(
+    tx: &mut sqlx::Transaction<'static, Db>,
+    statements: &[&str],
+) -> Result<(), StoreError> {
+    for statement in statements {
+        sqlx::query(statement).execute(&mut **tx).await?;
+    }
+    Ok(())
+}

@@ -1,0 +1,415 @@
+//! What the rest of the service asks of a store, one trait per domain: users
+//! and friends, accounts, OAuth, payments; `Store` is all of them together with
+//! what concerns the database itself. Both backends implement every one (see
+//! `queries/mod.rs`).
+
+use super::{
+    App, AppUpdate, AuditChunk, AuditSnapshot, CodeCheck, CodeUse, ConsentRow, DuePayment,
+    InsertOutcome, IntrospectingClient, Movement, NewApp, NewCode, NewGrant, NewToken, NewUser,
+    NewVerification, Payment, PaymentFilter, PaymentInsert, PersonalToken, ProfileUpdate,
+    RefreshUse, Retention, SendLimits, Settlement, SigninDecision, StoreError,
+    StoredIdempotencyKey, TokenRecord, Transition, TransitionOutcome, User, UserFlags, UserSearch,
+};
+use async_trait::async_trait;
+
+/// How a user is looked up.
+#[derive(Debug, Clone, Copy)]
+pub enum UserKey<'a> {
+    Id(&'a str),
+    /// Compared without regard to letter case.
+    Username(&'a str),
+    Email(&'a str),
+    Phone(&'a str),
+}
+
+/// Everything the service stores, and the database itself.
+#[async_trait]
+pub trait Store:
+    UserStore + AccountStore + OAuthStore + PaymentStore + Send + Sync + 'static
+{
+    /// Which backend this is, for logs and tests.
+    fn backend(&self) -> &'static str;
+
+    /// Applies pending migrations (safe to call from several processes at once).
+    async fn migrate(&self) -> Result<(), StoreError>;
+
+    /// Checks that the database answers and, on SQLite, that the writer can
+    /// write.
+    async fn ping(&self) -> Result<(), StoreError>;
+
+    /// Writes a consistent copy of the whole database to a new file at `path`
+    /// while others keep reading and writing. SQLite only: a PostgreSQL store
+    /// answers `None` (back it up with pg_dump).
+    async fn backup_into(&self, path: &str) -> Result<Option<()>, StoreError>;
+
+    /// Changes whenever this store has committed a revocation of a token or
+    /// grant, a suspension or an app secret change.
+    fn revocation_epoch(&self) -> u64;
+
+    /// Returns the stored value of a server setting, storing `candidate` first if
+    /// there is none yet. Racing callers all get the one value that won.
+    async fn server_setting_or_insert(
+        &self,
+        key: &str,
+        candidate: &str,
+    ) -> Result<String, StoreError>;
+
+    /// Deletes every row the retention rules no longer need; how many.
+    async fn purge(&self, retention: &Retention) -> Result<u64, StoreError>;
+}
+
+/// Users and their friendships.
+#[async_trait]
+pub trait UserStore: Send + Sync {
+    async fn insert_user(&self, user: &NewUser) -> Result<User, StoreError>;
+
+    async fn find_user(&self, key: UserKey<'_>) -> Result<Option<User>, StoreError>;
+
+    async fn find_users(&self, ids: &[String]) -> Result<Vec<User>, StoreError>;
+
+    async fn search_users(&self, search: &UserSearch) -> Result<Vec<User>, StoreError>;
+
+    /// Sets the account flags; verifying also marks its e-mail and phone verified.
+    async fn update_user_flags(
+        &self,
+        user_id: &str,
+        flags: UserFlags,
+    ) -> Result<Option<User>, StoreError>;
+
+    async fn update_profile(
+        &self,
+        user_id: &str,
+        profile: &ProfileUpdate,
+    ) -> Result<Option<User>, StoreError>;
+
+    /// Sets the account's e-mail and phone. An address that changes starts
+    /// unverified (a verification link proves it); one that stays keeps its
+    /// state. `Conflict("email" | "phone")` when another account has it.
+    async fn update_contacts(
+        &self,
+        user_id: &str,
+        email: &str,
+        phone: Option<&str>,
+    ) -> Result<Option<User>, StoreError>;
+
+    /// Makes two users friends of each other. Already being friends is fine.
+    async fn add_friendship(&self, a: &str, b: &str, at: i64) -> Result<(), StoreError>;
+
+    async fn are_friends(&self, a: &str, b: &str) -> Result<bool, StoreError>;
+
+    /// A user's friends ordered by id, after the id `after`.
+    async fn list_friends(
+        &self,
+        user_id: &str,
+        after: Option<&str>,
+        limit: i64,
+    ) -> Result<Vec<User>, StoreError>;
+
+    async fn count_friends(&self, user_id: &str) -> Result<i64, StoreError>;
+}
+
+/// What an account goes through besides its row: verification of its
+/// addresses, the sign-in throttle, ended browser sessions.
+#[async_trait]
+pub trait AccountStore: Send + Sync {
+    async fn insert_verification(&self, link: &NewVerification) -> Result<(), StoreError>;
+
+    /// Spends a verification link at `now` and marks its address and the account
+    /// verified, in one transaction. `None` when the link is unknown, spent,
+    /// expired, or its address is no longer the account's.
+    async fn use_verification(&self, digest: &str, now: i64) -> Result<Option<User>, StoreError>;
+
+    /// Records a verification send to `address` at `now` if `limits` allow it;
+    /// otherwise `Err(moment)`, the first moment a send is allowed again.
+    /// Atomic across instances: racing callers cannot both pass a limit.
+    async fn reserve_verification_send(
+        &self,
+        address: &str,
+        now: i64,
+        limits: SendLimits,
+    ) -> Result<Result<(), i64>, StoreError>;
+
+    /// Admits a sign-in attempt: with each key locked (so parallel attempts
+    /// are decided one after another, on every instance), reads each key's
+    /// failures since `since` (count, latest) and asks `decide`; when it
+    /// admits, records the attempt as a failure under every key at `now`
+    /// (failures before `since` are forgotten). A right password takes the
+    /// record back with `forget_signin_attempt`.
+    async fn admit_signin(
+        &self,
+        keys: &[String],
+        since: i64,
+        now: i64,
+        decide: SigninDecision<'_>,
+    ) -> Result<Result<(), std::time::Duration>, StoreError>;
+
+    /// Forgets every failure of `clear_key`, and the one failure recorded
+    /// under each of `attempt_keys` at `at`.
+    async fn forget_signin_attempt(
+        &self,
+        clear_key: &str,
+        attempt_keys: &[String],
+        at: i64,
+    ) -> Result<(), StoreError>;
+
+    /// Records that a browser session was signed out; it stays refused until
+    /// `expires_at`, when its cookie has expired anyway (older records go).
+    async fn end_session(
+        &self,
+        session_id: &str,
+        expires_at: i64,
+        now: i64,
+    ) -> Result<(), StoreError>;
+
+    async fn session_ended(&self, session_id: &str) -> Result<bool, StoreError>;
+}
+
+/// The authorization server: apps, consents, grants, tokens and codes, and
+/// the one-time showing of a secret.
+#[async_trait]
+pub trait OAuthStore: Send + Sync {
+    async fn insert_app(&self, app: &NewApp) -> Result<App, StoreError>;
+
+    async fn find_app(&self, client_id: &str) -> Result<Option<App>, StoreError>;
+
+    async fn set_app_suspended(
+        &self,
+        client_id: &str,
+        suspended: bool,
+    ) -> Result<Option<App>, StoreError>;
+
+    async fn apps_of_owner(&self, owner_id: &str) -> Result<Vec<App>, StoreError>;
+
+    /// Changes an app's details if `owner_id` owns it.
+    async fn update_own_app(
+        &self,
+        owner_id: &str,
+        client_id: &str,
+        update: &AppUpdate,
+    ) -> Result<Option<App>, StoreError>;
+
+    /// Replaces an app's secret digest if `owner_id` owns it; whether it did.
+    async fn replace_app_secret(
+        &self,
+        owner_id: &str,
+        client_id: &str,
+        digest: &str,
+    ) -> Result<bool, StoreError>;
+
+    /// Keeps a sealed secret of `user_id` for its single showing.
+    async fn insert_reveal(
+        &self,
+        id: &str,
+        user_id: &str,
+        sealed: &str,
+        now: i64,
+    ) -> Result<(), StoreError>;
+
+    /// Takes the sealed secret out (it is deleted: a second call finds nothing),
+    /// if it is `user_id`'s and was kept at or after `not_before`.
+    async fn take_reveal(
+        &self,
+        id: &str,
+        user_id: &str,
+        not_before: i64,
+    ) -> Result<Option<String>, StoreError>;
+
+    /// Whether the user allowed the app these exact scopes for this response
+    /// type (`token` or `code`).
+    async fn has_consent(
+        &self,
+        user_id: &str,
+        client_id: &str,
+        scopes: &str,
+        response_type: &str,
+    ) -> Result<bool, StoreError>;
+
+    async fn insert_consent(
+        &self,
+        user_id: &str,
+        client_id: &str,
+        scopes: &str,
+        response_type: &str,
+        at: i64,
+    ) -> Result<(), StoreError>;
+
+    /// The user's remembered consents with their apps, newest first.
+    async fn consents_of_user(&self, user_id: &str) -> Result<Vec<ConsentRow>, StoreError>;
+
+    /// Forgets the user's consents to the app and revokes every grant (and so
+    /// every token) the app holds for the user. Returns whether there was any.
+    async fn revoke_app_for_user(
+        &self,
+        user_id: &str,
+        client_id: &str,
+        now: i64,
+    ) -> Result<bool, StoreError>;
+
+    /// Stores a grant and its first tokens together.
+    async fn insert_grant_with_tokens(
+        &self,
+        grant: &NewGrant,
+        tokens: &[NewToken],
+    ) -> Result<(), StoreError>;
+
+    /// Stores a grant and the code that will later yield its tokens.
+    async fn insert_grant_with_code(
+        &self,
+        grant: &NewGrant,
+        code: &NewCode,
+    ) -> Result<(), StoreError>;
+
+    /// Spends a code of `client_id` and, if `check` passes and its grant is
+    /// still live, stores `tokens` under that grant: one transaction, so of
+    /// simultaneous exchanges exactly one is first. A replay revokes the grant.
+    async fn exchange_code(
+        &self,
+        digest: &str,
+        client_id: &str,
+        now: i64,
+        check: CodeCheck<'_>,
+        tokens: &[NewToken],
+    ) -> Result<CodeUse, StoreError>;
+
+    /// Spends a refresh token of `client_id` and stores its successors, in one
+    /// transaction. A replay of a spent refresh token revokes its family.
+    async fn rotate_refresh_token(
+        &self,
+        digest: &str,
+        client_id: &str,
+        now: i64,
+        successors: &[NewToken],
+    ) -> Result<RefreshUse, StoreError>;
+
+    /// The scopes of the grant behind a refresh token that `rotate_refresh_token`
+    /// would spend (of `client_id`, unspent, unrevoked, unexpired, its grant
+    /// live); `None` for any other token, so nothing is learnt of those.
+    async fn live_refresh_token_scopes(
+        &self,
+        digest: &str,
+        client_id: &str,
+        now: i64,
+    ) -> Result<Option<String>, StoreError>;
+
+    async fn find_token(&self, digest: &str) -> Result<Option<TokenRecord>, StoreError>;
+
+    /// `find_token` with the count of the user's friends, in the same statement.
+    async fn find_token_with_friends_count(
+        &self,
+        digest: &str,
+    ) -> Result<Option<TokenRecord>, StoreError>;
+
+    /// The calling app and the token it asks about, in one statement: `None`
+    /// when there is no such app; the token is `None` when unknown.
+    async fn find_client_and_token(
+        &self,
+        client_id: &str,
+        digest: &str,
+    ) -> Result<Option<(IntrospectingClient, Option<TokenRecord>)>, StoreError>;
+
+    /// Revokes one token; a refresh token takes its whole family with it. When
+    /// `client_id` is given, only a token of that client is revoked. Returns
+    /// whether a live token was found.
+    async fn revoke_token(
+        &self,
+        digest: &str,
+        client_id: Option<&str>,
+        now: i64,
+    ) -> Result<bool, StoreError>;
+
+    async fn revoke_grant(&self, grant_id: &str, now: i64) -> Result<(), StoreError>;
+
+    async fn personal_tokens(
+        &self,
+        user_id: &str,
+        now: i64,
+    ) -> Result<Vec<PersonalToken>, StoreError>;
+
+    /// Revokes one of the user's personal access tokens; whether it was live.
+    async fn revoke_personal_token(
+        &self,
+        user_id: &str,
+        grant_id: &str,
+        now: i64,
+    ) -> Result<bool, StoreError>;
+
+    /// Records that a grant was used, unless it was recorded after `stale_before`.
+    async fn touch_grant(
+        &self,
+        grant_id: &str,
+        now: i64,
+        stale_before: i64,
+    ) -> Result<(), StoreError>;
+}
+
+/// Payments, their refunds and idempotency keys, and the money around them:
+/// deposits and the audit's snapshot.
+#[async_trait]
+pub trait PaymentStore: Send + Sync {
+    /// Inserts a payment; for a pay, moves the amount from the actor to `@held`
+    /// with a guarded debit. With a key, records it or replays its first result.
+    async fn insert_payment(&self, insert: &PaymentInsert) -> Result<InsertOutcome, StoreError>;
+
+    /// Moves a pending payment to a new status with its money, in one transaction.
+    async fn apply_transition(
+        &self,
+        transition: &Transition,
+    ) -> Result<TransitionOutcome, StoreError>;
+
+    /// Settles pending pays, all in one transaction: each one still pending,
+    /// held by no other worker (PostgreSQL `SKIP LOCKED`) and whose target
+    /// account is not suspended as the database has it then, becomes settled
+    /// with its `settle` movement from `@held`; the others stay as they are.
+    /// Returns the ids of those settled.
+    async fn settle_payments(
+        &self,
+        settlements: &[Settlement],
+        at: i64,
+    ) -> Result<Vec<String>, StoreError>;
+
+    async fn find_payments(&self, ids: &[String]) -> Result<Vec<Payment>, StoreError>;
+
+    /// The owner's key, unless it was created before `created_since`.
+    async fn find_idempotency_key(
+        &self,
+        owner_id: &str,
+        key: &str,
+        created_since: i64,
+    ) -> Result<Option<StoredIdempotencyKey>, StoreError>;
+
+    async fn list_payments(&self, filter: &PaymentFilter) -> Result<Vec<Payment>, StoreError>;
+
+    /// Pending pays that reached an account at or before `settle_by`, and
+    /// pending payments to unclaimed addresses made at or before `expire_by`.
+    async fn due_payments(
+        &self,
+        settle_by: i64,
+        expire_by: i64,
+        limit: i64,
+    ) -> Result<Vec<DuePayment>, StoreError>;
+
+    /// Points pending payments to this e-mail or phone at the user (unless the
+    /// user made them), as of `now`. Returns how many were claimed.
+    async fn claim_payments(
+        &self,
+        user_id: &str,
+        email: Option<&str>,
+        phone: Option<&str>,
+        now: i64,
+    ) -> Result<u64, StoreError>;
+
+    /// Records money arriving from outside: credits the user and writes both
+    /// ledger entries in one transaction. Returns the new balance in cents.
+    async fn deposit(&self, movement: &Movement) -> Result<i64, StoreError>;
+
+    /// A consistent snapshot for the audit: the account-level figures, and the
+    /// payments that may disagree with their ledger entries or refunds (found in
+    /// SQL; see `sql::AUDIT_SUSPECTS`) with their entries, handed to `each` up to
+    /// `chunk` payments at a time in id order, all read in one transaction so the
+    /// ledger is never held in memory at once.
+    async fn audit_snapshot(
+        &self,
+        chunk: i64,
+        each: &mut (dyn FnMut(AuditChunk) + Send),
+    ) -> Result<AuditSnapshot, StoreError>;
+}
