@@ -50,6 +50,10 @@ pub async fn migrate(settings: &Settings) -> anyhow::Result<()> {
 /// how to use it): serves until stopped.
 pub async fn serve(settings: Settings, with_demo: bool) -> anyhow::Result<()> {
     let store = open_store(&settings).await?;
+    store
+        .open_all_connections()
+        .await
+        .context("cannot open the database's connections")?;
     let app = Application::build(settings, store.clone()).await?;
     if with_demo {
         let origin = app.public_origin();

@@ -24,6 +24,8 @@ impl PgStore {
             .max_connections(connections_per_core(4, 16, 32))
             .test_before_acquire(false)
             .acquire_timeout(Duration::from_secs(5))
+            .idle_timeout(None)
+            .max_lifetime(None)
             .connect_with(options)
             .await?;
         Ok(Self {
@@ -39,6 +41,18 @@ impl queries::Connections for PgStore {
         sqlx::migrate!("migrations/postgres")
             .run(&self.pool)
             .await?;
+        Ok(())
+    }
+
+    /// A connection's socket belongs to the runtime that opened it. One an
+    /// actix worker opened dies with that worker's runtime, and at shutdown
+    /// the workers stop one by one, so a request still running on another
+    /// worker could get a dead connection (a 503). Opened here, on the main
+    /// runtime, and kept (no idle timeout, no lifetime), they outlive every
+    /// worker.
+    async fn open_connections(&self) -> Result<(), StoreError> {
+        let all = self.pool.options().get_max_connections();
+        futures_util::future::try_join_all((0..all).map(|_| self.pool.acquire())).await?;
         Ok(())
     }
 

@@ -132,6 +132,11 @@ impl queries::Connections for SqliteStore {
     /// found broken and, when idle, it can take the write lock and room for a
     /// row (the probe is rolled back). A writer busy with a write is working,
     /// so readiness never queues behind the writes it would slow down.
+    /// Nothing to do: SQLite connections run on threads of their own.
+    async fn open_connections(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+
     async fn ready(&self) -> Result<(), StoreError> {
         sqlx::query("SELECT 1").execute(&self.reader).await?;
         if self.health.failed_recently() {

@@ -37,6 +37,11 @@ pub trait Store:
     /// write.
     async fn ping(&self) -> Result<(), StoreError>;
 
+    /// Opens every pooled connection now, from the caller's runtime (the
+    /// server's main one), so that none belongs to a worker thread's runtime
+    /// that stops before the others at shutdown.
+    async fn open_all_connections(&self) -> Result<(), StoreError>;
+
     /// Writes a consistent copy of the whole database to a new file at `path`
     /// while others keep reading and writing. SQLite only: a PostgreSQL store
     /// answers `None` (back it up with pg_dump).

@@ -35,6 +35,8 @@ pub(super) trait Connections {
     async fn run_migrations(&self) -> Result<(), StoreError>;
     /// Whether the database can serve reads and writes now.
     async fn ready(&self) -> Result<(), StoreError>;
+    /// Opens every pooled connection now; see `Store::open_all_connections`.
+    async fn open_connections(&self) -> Result<(), StoreError>;
     /// Writes a consistent copy of the database to `path`; `None` where the
     /// backend has its own tools for that.
     async fn copy_into(&self, path: &str) -> Result<Option<()>, StoreError>;
@@ -116,6 +118,10 @@ impl Store for ThisStore {
     #[tracing::instrument(skip_all)]
     async fn ping(&self) -> Result<(), StoreError> {
         self.ready().await
+    }
+
+    async fn open_all_connections(&self) -> Result<(), StoreError> {
+        self.open_connections().await
     }
 
     async fn backup_into(&self, path: &str) -> Result<Option<()>, StoreError> {
