@@ -50,15 +50,32 @@ fn is_transient_database_error(db: &dyn sqlx::error::DatabaseError) -> bool {
 
 impl From<sqlx::Error> for StoreError {
     fn from(error: sqlx::Error) -> Self {
+        let mapped = Self::map(error);
+        if mapped.is_transient() {
+            super::pool::ConnectionTrouble::seen();
+        }
+        mapped
+    }
+}
+
+/// Whether `error` says "not now" rather than "wrong": the database may serve
+/// again soon, so a client may retry.
+pub(crate) fn is_transient(error: &sqlx::Error) -> bool {
+    match error {
+        sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed => true,
+        sqlx::Error::Database(db) => is_transient_database_error(db.as_ref()),
+        _ => false,
+    }
+}
+
+impl StoreError {
+    fn map(error: sqlx::Error) -> Self {
         match &error {
-            sqlx::Error::Io(_)
-            | sqlx::Error::Tls(_)
-            | sqlx::Error::PoolTimedOut
-            | sqlx::Error::PoolClosed
-            | sqlx::Error::WorkerCrashed => Self::Unavailable(error),
-            sqlx::Error::Database(db) if is_transient_database_error(db.as_ref()) => {
-                Self::Unavailable(error)
-            }
+            _ if is_transient(&error) => Self::Unavailable(error),
             sqlx::Error::Database(db) if db.is_unique_violation() => {
                 // Constraint names on PostgreSQL, messages on SQLite: both mention
                 // the column or index, which is named after the column.

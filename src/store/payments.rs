@@ -60,49 +60,34 @@ pub(crate) const PG_CHARGE_SQL: &str = concat!(
 
 /// SQLite has no data-modifying CTEs, but runs several statements sent at once
 /// (one trip to its connection thread). Each write is guarded, so when the
-/// debit finds the balance short (no row) nothing at all is written: the
-/// statements can run inside the caller's transaction (`SQLITE_HOLD_SQL`) or
-/// as a whole transaction of their own (`SQLITE_HOLD_BATCH`).
-macro_rules! sqlite_hold {
-    () => {
-        concat!(
+/// debit finds the balance short (no row) nothing at all is written; they run
+/// inside the caller's transaction, or in the writer's savepoint for them.
+pub(crate) const SQLITE_HOLD_SQL: &str = concat!(
     "UPDATE users SET balance_cents = balance_cents - $9 \
-               WHERE id = $3 AND balance_cents >= $9 RETURNING balance_cents; \
-             INSERT INTO payments (",
-            payment_columns!(),
-            ") SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17 \
-               WHERE changes() = 1; \
-             INSERT INTO ledger_entries (movement_id, kind, account, amount_cents, payment_id, created_at) \
-               SELECT $18, $20, e.account, e.cents, $1, $14 \
-               FROM (SELECT $3 AS account, -$9 AS cents UNION ALL SELECT $19, $9) AS e \
-               WHERE EXISTS (SELECT 1 FROM payments WHERE id = $1); \
-             INSERT INTO payment_parties (user_id, date_created, payment_id) \
-               SELECT id, $14, $1 FROM (SELECT $3 AS id UNION ALL SELECT $5) \
-               WHERE id IS NOT NULL AND EXISTS (SELECT 1 FROM payments WHERE id = $1) \
-               ON CONFLICT DO NOTHING"
-        )
-    };
-}
+       WHERE id = $3 AND balance_cents >= $9 RETURNING balance_cents; \
+     INSERT INTO payments (",
+    payment_columns!(),
+    ") SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17 \
+       WHERE changes() = 1; \
+     INSERT INTO ledger_entries (movement_id, kind, account, amount_cents, payment_id, created_at) \
+       SELECT $18, $20, e.account, e.cents, $1, $14 \
+       FROM (SELECT $3 AS account, -$9 AS cents UNION ALL SELECT $19, $9) AS e \
+       WHERE EXISTS (SELECT 1 FROM payments WHERE id = $1); \
+     INSERT INTO payment_parties (user_id, date_created, payment_id) \
+       SELECT id, $14, $1 FROM (SELECT $3 AS id UNION ALL SELECT $5) \
+       WHERE id IS NOT NULL AND EXISTS (SELECT 1 FROM payments WHERE id = $1) \
+       ON CONFLICT DO NOTHING"
+);
 
-macro_rules! sqlite_charge {
-    () => {
-        concat!(
+pub(crate) const SQLITE_CHARGE_SQL: &str = concat!(
     "INSERT INTO payments (",
-            payment_columns!(),
-            ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17); \
-             INSERT INTO payment_parties (user_id, date_created, payment_id) \
-               SELECT id, $14, $1 FROM (SELECT $3 AS id UNION ALL SELECT $5) \
-               WHERE id IS NOT NULL ON CONFLICT DO NOTHING; \
-             SELECT balance_cents FROM users WHERE id = $3"
-        )
-    };
-}
-
-pub(crate) const SQLITE_HOLD_SQL: &str = sqlite_hold!();
-pub(crate) const SQLITE_CHARGE_SQL: &str = sqlite_charge!();
-pub(crate) const SQLITE_HOLD_BATCH: &str = concat!("BEGIN IMMEDIATE; ", sqlite_hold!(), "; COMMIT");
-pub(crate) const SQLITE_CHARGE_BATCH: &str =
-    concat!("BEGIN IMMEDIATE; ", sqlite_charge!(), "; COMMIT");
+    payment_columns!(),
+    ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17); \
+     INSERT INTO payment_parties (user_id, date_created, payment_id) \
+       SELECT id, $14, $1 FROM (SELECT $3 AS id UNION ALL SELECT $5) \
+       WHERE id IS NOT NULL ON CONFLICT DO NOTHING; \
+     SELECT balance_cents FROM users WHERE id = $3"
+);
 
 /// A payment, charge or refund as stored. `amount_cents` is positive; `action`
 /// tells the direction. Its words are read back as their types (see

@@ -1,4 +1,6 @@
-use super::pool::{connections_per_core, BatchFuture, RevocationEpoch};
+use super::pool::{
+    check_after_trouble, connections_per_core, BatchFuture, Lease, Lender, RevocationEpoch,
+};
 use super::*;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{PgPool, Postgres, Transaction};
@@ -8,7 +10,11 @@ use std::time::Duration;
 /// PostgreSQL, shared by every instance of a deployment. Writes rely on guarded
 /// updates and row locks rather than on a single writer.
 pub struct PgStore {
+    /// Transactions (sqlx's pool: its ping on release also flushes the
+    /// rollback of a transaction dropped half-way).
     pool: PgPool,
+    /// Single statements, reads and writes: no ping, one round trip each.
+    statements: Lender<Postgres>,
     revocations: RevocationEpoch,
 }
 
@@ -16,20 +22,29 @@ impl PgStore {
     pub async fn connect(url: &str) -> Result<Self, StoreError> {
         let options = PgConnectOptions::from_str(url)?;
         // No ping (a round trip) before each use of a connection: a broken one
-        // fails its statement, and the pool drops it. Four per core, at least
-        // 16: requests waiting on row locks or the network keep their connection,
-        // and with 8 on two cores, 32 clients left a few requests waiting seconds
-        // for one (p99 646 ms, a 503) while the rest were served.
+        // fails its statement, and the pool drops it. Nearly every request is
+        // single statements; transactions (settlement batches, payments with an
+        // idempotency key, the rarer writes) need fewer connections. Requests
+        // waiting on row locks or the network keep their connection, so a
+        // few per core: with 8 in all on two cores, 32 clients left a few
+        // requests waiting seconds for one (p99 646 ms, a 503).
         let pool = PgPoolOptions::new()
-            .max_connections(connections_per_core(4, 16, 32))
+            .max_connections(connections_per_core(2, 6, 16))
             .test_before_acquire(false)
+            .before_acquire(|conn, meta| check_after_trouble(conn, meta))
             .acquire_timeout(Duration::from_secs(5))
             .idle_timeout(None)
             .max_lifetime(None)
-            .connect_with(options)
+            .connect_with(options.clone())
             .await?;
+        let statements = Lender::new(
+            options,
+            connections_per_core(6, 12, 32),
+            Duration::from_secs(5),
+        );
         Ok(Self {
             pool,
+            statements,
             revocations: RevocationEpoch::default(),
         })
     }
@@ -53,11 +68,15 @@ impl queries::Connections for PgStore {
     async fn open_connections(&self) -> Result<(), StoreError> {
         let all = self.pool.options().get_max_connections();
         futures_util::future::try_join_all((0..all).map(|_| self.pool.acquire())).await?;
+        self.statements.open_all().await?;
         Ok(())
     }
 
+    /// Ready when a connection that requests use answers.
     async fn ready(&self) -> Result<(), StoreError> {
-        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        sqlx::query("SELECT 1")
+            .execute(&mut *self.statements.lease().await?)
+            .await?;
         Ok(())
     }
 
@@ -66,8 +85,8 @@ impl queries::Connections for PgStore {
         Ok(None)
     }
 
-    fn reader(&self) -> &PgPool {
-        &self.pool
+    async fn lease(&self) -> Result<Lease<'_, Postgres>, StoreError> {
+        Ok(self.statements.lease().await?)
     }
 
     async fn write(&self) -> Result<Transaction<'static, Postgres>, StoreError> {
@@ -80,14 +99,8 @@ impl queries::Connections for PgStore {
         O: Send + 'static,
         F: for<'c> FnOnce(&'c mut sqlx::PgConnection) -> BatchFuture<'c, O> + Send + 'static,
     {
-        let mut conn = self.pool.acquire().await?;
+        let mut conn = self.statements.lease().await?;
         Ok(batch(&mut conn).await?)
-    }
-
-    /// Where a write that is one statement runs as its own transaction, without
-    /// the round trips of BEGIN and COMMIT.
-    fn statement_pool(&self) -> Option<&PgPool> {
-        Some(&self.pool)
     }
 
     async fn snapshot(&self) -> Result<Transaction<'static, Postgres>, StoreError> {
@@ -108,12 +121,11 @@ const SKIP_LOCKED: &str = " FOR UPDATE SKIP LOCKED";
 /// they commit, on every instance.
 const KEY_LOCK: &str = "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))";
 
+/// A write of several tables is one statement.
+const DATA_MODIFYING_CTES: bool = true;
 /// A new payment's movement, one statement (see payments.rs).
 const HOLD_SQL: &str = super::payments::PG_HOLD_SQL;
 const CHARGE_SQL: &str = super::payments::PG_CHARGE_SQL;
-/// Each is one statement, so also a whole transaction of its own.
-const HOLD_BATCH: &str = HOLD_SQL;
-const CHARGE_BATCH: &str = CHARGE_SQL;
 /// A settlement batch first locks the accounts it credits in id order, as every
 /// other transaction that moves money does, so two cannot deadlock.
 const LOCK_SETTLED_TARGETS: Option<(&str, &str)> = Some((

@@ -1,7 +1,7 @@
-use super::pool::{connections_per_core, BatchFuture, RevocationEpoch};
+use super::pool::{connections_per_core, BatchFuture, Lease, Lender, RevocationEpoch};
 use super::*;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
-use sqlx::{Connection, Sqlite, SqlitePool, Transaction};
+use sqlx::{Connection, Sqlite, SqliteConnection, SqlitePool, Transaction};
 use std::path::PathBuf;
 use std::str::FromStr;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -45,8 +45,15 @@ impl WriterHealth {
 /// `BEGIN IMMEDIATE`, so writers queue instead of failing with SQLITE_BUSY (other
 /// processes, such as `tally admin`, wait on the busy timeout).
 pub struct SqliteStore {
+    /// Reads that need no transaction: no ping, one trip each.
+    readers: Lender<Sqlite>,
+    /// Snapshots (read transactions), readiness and backups.
     reader: SqlitePool,
+    /// The one writer: transactions take it through this pool, and the group
+    /// writer takes it for each group.
     writer: SqlitePool,
+    /// The queue of the group writer (see [`write_groups`]).
+    writes: tokio::sync::mpsc::UnboundedSender<WriteJob>,
     health: Arc<WriterHealth>,
     page_limit_file: Option<PathBuf>,
     revocations: RevocationEpoch,
@@ -99,17 +106,35 @@ impl SqliteStore {
             .await?;
         // Each reader is a thread of its own running statements: two per core
         // keep every core busy without queueing threads for the CPU.
+        let options = options.read_only(true);
+        let readers = Lender::new(
+            options.clone(),
+            connections_per_core(2, 2, 8),
+            Duration::from_secs(10),
+        );
         let reader = SqlitePoolOptions::new()
-            .max_connections(connections_per_core(2, 2, 8))
+            .max_connections(2)
             .test_before_acquire(false)
             .acquire_timeout(Duration::from_secs(10))
-            .connect_with(options.read_only(true))
+            .connect_with(options)
             .await?;
+        let page_limit_file = std::env::var_os(PAGE_LIMIT_FILE_VARIABLE).map(PathBuf::from);
+        let (writes, queue) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(write_groups(
+            GroupWriter {
+                writer: writer.clone(),
+                health: health.clone(),
+                page_limit_file: page_limit_file.clone(),
+            },
+            queue,
+        ));
         Ok(Self {
+            readers,
             reader,
             writer,
+            writes,
             health,
-            page_limit_file: std::env::var_os(PAGE_LIMIT_FILE_VARIABLE).map(PathBuf::from),
+            page_limit_file,
             revocations: RevocationEpoch::default(),
         })
     }
@@ -138,7 +163,9 @@ impl queries::Connections for SqliteStore {
     }
 
     async fn ready(&self) -> Result<(), StoreError> {
-        sqlx::query("SELECT 1").execute(&self.reader).await?;
+        sqlx::query("SELECT 1")
+            .execute(&mut *self.readers.lease().await?)
+            .await?;
         if self.health.failed_recently() {
             return Err(StoreError::Unavailable(sqlx::Error::Protocol(
                 "the SQLite writer failed a moment ago".to_owned(),
@@ -169,8 +196,8 @@ impl queries::Connections for SqliteStore {
         Ok(Some(()))
     }
 
-    fn reader(&self) -> &SqlitePool {
-        &self.reader
+    async fn lease(&self) -> Result<Lease<'_, Sqlite>, StoreError> {
+        Ok(self.readers.lease().await?)
     }
 
     async fn write(&self) -> Result<Transaction<'static, Sqlite>, StoreError> {
@@ -179,50 +206,39 @@ impl queries::Connections for SqliteStore {
         Ok(tx)
     }
 
-    /// Runs `batch`, statements sent to the writer at once that begin with
-    /// `BEGIN IMMEDIATE` and end with `COMMIT` and guard their own writes, so
-    /// the whole write is one trip to the writer's thread instead of three.
-    /// It runs as a task of its own: a request that goes away cannot leave the
-    /// writer inside a half-sent transaction. When a statement fails, what ran
-    /// is rolled back here (sqlx does not know of this transaction).
+    /// Queues `batch` for the group writer and waits for its answer, which
+    /// comes once the group it ran in has committed.
     async fn write_batch<O, F>(&self, batch: F) -> Result<O, StoreError>
     where
         O: Send + 'static,
-        F: for<'c> FnOnce(&'c mut sqlx::SqliteConnection) -> BatchFuture<'c, O> + Send + 'static,
+        F: for<'c> FnOnce(&'c mut SqliteConnection) -> BatchFuture<'c, O> + Send + 'static,
     {
-        let writer = self.writer.clone();
-        let health = self.health.clone();
-        let page_limit_file = self.page_limit_file.clone();
-        let task = tokio::spawn(async move {
-            let mut conn = writer.acquire().await?;
-            apply_page_limit(page_limit_file.as_deref(), &mut conn).await?;
-            match batch(&mut conn).await {
-                Ok(out) => Ok(out),
-                Err(error) => {
-                    if let Err(rollback) = sqlx::query("ROLLBACK").execute(&mut *conn).await {
-                        // No transaction left although BEGIN got the lock:
-                        // SQLite rolled back by itself (a full disk), and the
-                        // writer counts as failed a moment, as after a failed
-                        // COMMIT. Any other failure: a fresh writer.
-                        if !rollback.to_string().contains("no transaction is active") {
-                            health.failed();
-                            conn.close_on_drop();
-                        } else if !is_busy(&error) {
-                            health.failed();
-                        }
-                    }
-                    Err(StoreError::from(error))
-                }
-            }
+        let (answer, answered) = tokio::sync::oneshot::channel();
+        let job: WriteJob = Box::new(move |conn| {
+            Box::pin(async move {
+                let result = batch(conn).await;
+                let ran = result.is_ok();
+                let answer: Answer = Box::new(move |group_failure| {
+                    let reply = match (result, group_failure) {
+                        (Err(own), _) => Err(StoreError::from(own)),
+                        (Ok(_), Some(failure)) => Err(failure),
+                        (Ok(out), None) => Ok(out),
+                    };
+                    // The caller may have gone; the write stands all the same.
+                    let _ = answer.send(reply);
+                });
+                (ran, answer)
+            })
         });
-        task.await
-            .map_err(|e| StoreError::Unexpected(anyhow::anyhow!("a write task failed: {e}")))?
-    }
-
-    /// None: every write begins with `BEGIN IMMEDIATE` on the one writer, even a
-    /// single statement, so writers queue instead of failing.
-    fn statement_pool(&self) -> Option<&SqlitePool> {
-        None
+        // Unanswered: the group failed before this write ran (or the writer
+        // is gone with the store); nothing of it was written.
+        let unanswered = || {
+            StoreError::Unavailable(sqlx::Error::Protocol(
+                "the SQLite writer could not run this write".to_owned(),
+            ))
+        };
+        self.writes.send(job).map_err(|_| unanswered())?;
+        answered.await.map_err(|_| unanswered())?
     }
 
     /// A read transaction sees one snapshot of the WAL.
@@ -232,6 +248,126 @@ impl queries::Connections for SqliteStore {
 
     fn revocations(&self) -> &RevocationEpoch {
         &self.revocations
+    }
+}
+
+/// The most writes one group commits together.
+const MAX_GROUP: usize = 64;
+
+/// What a queued write leaves for the end of its group: it sends its caller
+/// the answer, given the group's failure if the group did not commit.
+type Answer = Box<dyn FnOnce(Option<StoreError>) + Send>;
+
+/// A queued write: runs its statements on the writer and says whether they
+/// succeeded (else the writer rolls back to the write's savepoint).
+type WriteJob = Box<
+    dyn for<'c> FnOnce(
+            &'c mut SqliteConnection,
+        ) -> std::pin::Pin<
+            Box<dyn std::future::Future<Output = (bool, Answer)> + Send + 'c>,
+        > + Send,
+>;
+
+/// What the group writer needs of the store.
+struct GroupWriter {
+    writer: SqlitePool,
+    health: Arc<WriterHealth>,
+    page_limit_file: Option<PathBuf>,
+}
+
+/// Group commit: takes every write queued while the last group ran (up to
+/// [`MAX_GROUP`]) and commits them in one transaction, each in a savepoint of
+/// its own, so each is still all or nothing and one that fails leaves the
+/// others in. One BEGIN, one COMMIT and one hand-over of the writer serve the
+/// whole group. It runs as a task of its own, so a request that goes away
+/// cannot leave the writer inside a half-sent transaction. It ends when the
+/// store is dropped.
+async fn write_groups(
+    group_writer: GroupWriter,
+    mut queue: tokio::sync::mpsc::UnboundedReceiver<WriteJob>,
+) {
+    let mut jobs = Vec::with_capacity(MAX_GROUP);
+    while queue.recv_many(&mut jobs, MAX_GROUP).await > 0 {
+        let group = std::mem::replace(&mut jobs, Vec::with_capacity(MAX_GROUP));
+        group_writer.commit(group).await;
+    }
+}
+
+impl GroupWriter {
+    async fn commit(&self, jobs: Vec<WriteJob>) {
+        let mut conn = match self.writer.acquire().await {
+            Ok(conn) => conn,
+            Err(error) => return fail_all(jobs.into_iter().map(Err), &error),
+        };
+        if let Err(error) = self.begin(&mut conn).await {
+            self.after_failure(&mut conn, is_busy(&error)).await;
+            return fail_all(jobs.into_iter().map(Err), &error);
+        }
+        let count = jobs.len();
+        let mut answers: Vec<Answer> = Vec::with_capacity(count);
+        let mut jobs = jobs.into_iter().enumerate();
+        while let Some((i, job)) = jobs.next() {
+            let (ran, answer) = job(&mut conn).await;
+            answers.push(answer);
+            // Closes this write's savepoint (rolled back if it failed) and
+            // opens the next one, or commits after the last: one trip.
+            let sql = match (ran, i + 1 == count) {
+                (true, false) => "RELEASE write; SAVEPOINT write",
+                (true, true) => "RELEASE write; COMMIT",
+                (false, false) => "ROLLBACK TO write; RELEASE write; SAVEPOINT write",
+                (false, true) => "ROLLBACK TO write; RELEASE write; COMMIT",
+            };
+            if let Err(error) = sqlx::query(sql).execute(&mut *conn).await {
+                self.after_failure(&mut conn, is_busy(&error)).await;
+                let answered = answers.into_iter().map(Ok);
+                let waiting = jobs.map(|(_, job)| Err(job));
+                return fail_all(answered.chain(waiting), &error);
+            }
+        }
+        drop(conn);
+        for answer in answers {
+            answer(None);
+        }
+    }
+
+    async fn begin(&self, conn: &mut SqliteConnection) -> Result<(), sqlx::Error> {
+        apply_page_limit(self.page_limit_file.as_deref(), conn)
+            .await
+            .map_err(|e| sqlx::Error::Protocol(e.to_string()))?;
+        sqlx::query("BEGIN IMMEDIATE; SAVEPOINT write")
+            .execute(conn)
+            .await?;
+        Ok(())
+    }
+
+    /// Rolls back what is left of a group that failed. When no transaction is
+    /// left, either BEGIN did not get the lock (busy: nothing is wrong with
+    /// the writer) or SQLite rolled back by itself (e.g. a full disk), and the
+    /// writer counts as failed a moment. Any other failure: a fresh writer.
+    async fn after_failure(&self, conn: &mut sqlx::pool::PoolConnection<Sqlite>, busy: bool) {
+        if let Err(rollback) = sqlx::query("ROLLBACK").execute(&mut **conn).await {
+            if !rollback.to_string().contains("no transaction is active") {
+                self.health.failed();
+                conn.close_on_drop();
+            } else if !busy {
+                self.health.failed();
+            }
+        }
+    }
+}
+
+/// Answers every write of a group that did not commit with the group's error
+/// (a write that failed by itself keeps its own). A write that never ran is
+/// dropped, and its caller gets the same kind of error (see `write_batch`).
+fn fail_all(jobs: impl Iterator<Item = Result<Answer, WriteJob>>, error: &sqlx::Error) {
+    let transient = super::error::is_transient(error);
+    for answer in jobs.flatten() {
+        let message = format!("the write's group failed: {error}");
+        answer(Some(if transient {
+            StoreError::Unavailable(sqlx::Error::Protocol(message))
+        } else {
+            StoreError::Unexpected(anyhow::anyhow!(message))
+        }));
     }
 }
 
@@ -268,12 +404,11 @@ const SKIP_LOCKED: &str = "";
 /// …and needs no lock on a key either (the statement only keeps the shape).
 const KEY_LOCK: &str = "SELECT $1";
 
+/// No data-modifying CTEs: a write of several tables is statements sent at once.
+const DATA_MODIFYING_CTES: bool = false;
 /// A new payment's statements, sent to the writer at once (see payments.rs).
 const HOLD_SQL: &str = super::payments::SQLITE_HOLD_SQL;
 const CHARGE_SQL: &str = super::payments::SQLITE_CHARGE_SQL;
-/// …and the same as whole transactions, for a payment without an idempotency key.
-const HOLD_BATCH: &str = super::payments::SQLITE_HOLD_BATCH;
-const CHARGE_BATCH: &str = super::payments::SQLITE_CHARGE_BATCH;
 /// The one writer already excludes every other settlement.
 const LOCK_SETTLED_TARGETS: Option<(&str, &str)> = None;
 

@@ -201,7 +201,7 @@ impl AccountStore for ThisStore {
         let found: Option<String> =
             sqlx::query_scalar("SELECT session_id FROM ended_sessions WHERE session_id = $1")
                 .bind(session_id)
-                .fetch_optional(self.reader())
+                .fetch_optional(&mut *self.lease().await?)
                 .await?;
         Ok(found.is_some())
     }

@@ -6,9 +6,9 @@
 //!
 //! What a backend supplies is named here and nowhere else: the items in the
 //! `use super::…` below (its sqlx database `Db`, its store `ThisStore`, its
-//! `NAME`, and its dialect: the two constants `SKIP_LOCKED` and `KEY_LOCK`, the
-//! new-payment statements `HOLD_SQL` and `CHARGE_SQL` (and `HOLD_BATCH` and
-//! `CHARGE_BATCH`, the same as whole transactions), `LOCK_SETTLED_TARGETS`,
+//! `NAME`, and its dialect: the constants `SKIP_LOCKED`, `KEY_LOCK` and
+//! `DATA_MODIFYING_CTES`, the new-payment statements `HOLD_SQL` and
+//! `CHARGE_SQL`, `LOCK_SETTLED_TARGETS`,
 //! and the audit's planner settings), and its connection handling, the
 //! `Connections` trait. The files below take what they need from this module by
 //! name.
@@ -19,12 +19,12 @@ mod payments;
 mod users;
 
 use super::{
-    Db, ThisStore, AUDIT_SETTINGS, AUDIT_SUSPECTS_SETTINGS, CHARGE_BATCH, CHARGE_SQL, HOLD_BATCH,
+    Db, ThisStore, AUDIT_SETTINGS, AUDIT_SUSPECTS_SETTINGS, CHARGE_SQL, DATA_MODIFYING_CTES,
     HOLD_SQL, KEY_LOCK, LOCK_SETTLED_TARGETS, NAME, SKIP_LOCKED,
 };
-use crate::store::pool::{BatchFuture, RevocationEpoch};
+use crate::store::pool::{BatchFuture, Lease, RevocationEpoch};
 use crate::store::{Store, StoreError};
-use sqlx::{Pool, Transaction};
+use sqlx::Transaction;
 
 /// The arguments of a statement on this backend.
 type Args<'q> = <Db as sqlx::Database>::Arguments<'q>;
@@ -40,22 +40,22 @@ pub(super) trait Connections {
     /// Writes a consistent copy of the database to `path`; `None` where the
     /// backend has its own tools for that.
     async fn copy_into(&self, path: &str) -> Result<Option<()>, StoreError>;
-    /// Where reads that need no transaction go.
-    fn reader(&self) -> &Pool<Db>;
+    /// A connection for reads that need no transaction (and, on PostgreSQL,
+    /// writes that are one statement).
+    async fn lease(&self) -> Result<Lease<'_, Db>, StoreError>;
     /// Begins a write transaction.
     async fn write(&self) -> Result<Transaction<'static, Db>, StoreError>;
-    /// Runs `batch`, a write that is a whole transaction of its own (on SQLite
-    /// it begins with `BEGIN IMMEDIATE` and ends with `COMMIT`), on a
-    /// connection it lends: one trip to the database.
+    /// Runs `batch`, a write that is all or nothing by itself, on a
+    /// connection it lends: on PostgreSQL one statement, its own transaction;
+    /// on SQLite statements that the writer runs inside its transaction, in a
+    /// savepoint of their own, committed with the other writes queued beside
+    /// them (group commit). The answer comes once the write is committed.
     async fn write_batch<O, F>(&self, batch: F) -> Result<O, StoreError>
     where
         O: Send + 'static,
         F: for<'c> FnOnce(&'c mut <Db as sqlx::Database>::Connection) -> BatchFuture<'c, O>
             + Send
             + 'static;
-    /// Where a write that is one statement may run as its own transaction;
-    /// `None`: every write goes through `write`.
-    fn statement_pool(&self) -> Option<&Pool<Db>>;
     /// Begins a read transaction that sees one consistent snapshot.
     async fn snapshot(&self) -> Result<Transaction<'static, Db>, StoreError>;
     /// This store's count of committed revocations.

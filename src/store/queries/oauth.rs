@@ -2,7 +2,7 @@
 //! Single-use things (codes, refresh tokens) are consumed by one guarded
 //! statement, never found first and deleted after.
 
-use super::{Connections, Db, ThisStore};
+use super::{Connections, Db, ThisStore, DATA_MODIFYING_CTES};
 use crate::store::{
     App, CodeRecord, CodeUse, NewApp, NewCode, NewGrant, NewToken, OAuthStore, RefreshUse,
     RotatedGrant, StoreError, TokenRecord,
@@ -44,7 +44,7 @@ impl OAuthStore for ThisStore {
         );
         Ok(sqlx::query_as::<_, App>(SQL)
             .bind(client_id)
-            .fetch_optional(self.reader())
+            .fetch_optional(&mut *self.lease().await?)
             .await?)
     }
 
@@ -78,7 +78,7 @@ impl OAuthStore for ThisStore {
         );
         Ok(sqlx::query_as::<_, App>(SQL)
             .bind(owner_id)
-            .fetch_all(self.reader())
+            .fetch_all(&mut *self.lease().await?)
             .await?)
     }
 
@@ -190,7 +190,7 @@ impl OAuthStore for ThisStore {
         .bind(client_id)
         .bind(scopes)
         .bind(response_type)
-        .fetch_one(self.reader())
+        .fetch_one(&mut *self.lease().await?)
         .await?)
     }
 
@@ -232,7 +232,7 @@ impl OAuthStore for ThisStore {
              WHERE c.user_id = $1 ORDER BY c.created_at DESC, a.client_id",
         )
         .bind(user_id)
-        .fetch_all(self.reader())
+        .fetch_all(&mut *self.lease().await?)
         .await?)
     }
 
@@ -406,8 +406,8 @@ impl OAuthStore for ThisStore {
     ) -> Result<RefreshUse, StoreError> {
         // The guarded spend, the successors (one multi-row insert) and
         // the grant, sent at once: on PostgreSQL one statement (its own
-        // transaction, one round trip); on SQLite one batch inside
-        // `BEGIN IMMEDIATE`, rolled back when nothing was spent.
+        // transaction, one round trip); on SQLite one batch in the writer's
+        // transaction that writes nothing unless the spend changed a row.
         let grant_columns = format!(
             "g.id AS grant_id, g.scopes AS grant_scopes, {}",
             crate::store::payments::prefixed(crate::store::sql::USER_COLUMNS, "u")
@@ -449,70 +449,70 @@ impl OAuthStore for ThisStore {
             query.push(")");
         };
         let mut query = sqlx::QueryBuilder::<Db>::new("");
-        let spent = match self.statement_pool() {
-            Some(pool) => {
-                query.push("WITH spent AS (");
-                spend(&mut query);
-                query.push(" RETURNING grant_id)");
-                if !successors.is_empty() {
-                    query.push(
-                        ", issued AS (INSERT INTO oauth_tokens \
+        let spent = if DATA_MODIFYING_CTES {
+            query.push("WITH spent AS (");
+            spend(&mut query);
+            query.push(" RETURNING grant_id)");
+            if !successors.is_empty() {
+                query.push(
+                    ", issued AS (INSERT INTO oauth_tokens \
                          (digest, grant_id, kind, scopes, created_at, expires_at) \
                          SELECT t.digest, spent.grant_id, t.kind, t.scopes, \
                          t.created_at, t.expires_at FROM spent CROSS JOIN ",
-                    );
-                    successor_values(&mut query);
-                    query.push(" AS t (digest, kind, scopes, created_at, expires_at))");
-                }
-                query.push(format!(
-                    " SELECT {grant_columns} FROM oauth_grants g \
+                );
+                successor_values(&mut query);
+                query.push(" AS t (digest, kind, scopes, created_at, expires_at))");
+            }
+            query.push(format!(
+                " SELECT {grant_columns} FROM oauth_grants g \
                      JOIN spent ON spent.grant_id = g.id \
                      JOIN users u ON u.id = g.user_id"
-                ));
-                query
-                    .build_query_as::<RotatedGrant>()
-                    .fetch_optional(pool)
-                    .await?
-            }
-            None => {
-                query.push("BEGIN IMMEDIATE; ");
-                spend(&mut query);
-                // changes(): the rows the spend just changed.
-                query
-                    .push(format!(
-                        "; SELECT {grant_columns} FROM oauth_grants g \
+            ));
+            self.write_batch(move |conn| {
+                Box::pin(async move {
+                    query
+                        .build_query_as::<RotatedGrant>()
+                        .fetch_optional(conn)
+                        .await
+                })
+            })
+            .await?
+        } else {
+            spend(&mut query);
+            // changes(): the rows the spend just changed.
+            query
+                .push(format!(
+                    "; SELECT {grant_columns} FROM oauth_grants g \
                          JOIN oauth_tokens t ON t.grant_id = g.id \
                          JOIN users u ON u.id = g.user_id \
                          WHERE changes() = 1 AND t.digest = "
-                    ))
-                    .push_bind(digest.to_owned());
-                if !successors.is_empty() {
-                    query.push(
-                        "; INSERT INTO oauth_tokens \
+                ))
+                .push_bind(digest.to_owned());
+            if !successors.is_empty() {
+                query.push(
+                    "; INSERT INTO oauth_tokens \
                          (digest, grant_id, kind, scopes, created_at, expires_at) \
                          SELECT v.column1, t.grant_id, v.column2, v.column3, \
                          v.column4, v.column5 FROM oauth_tokens t, ",
-                    );
-                    successor_values(&mut query);
-                    // Only after a spend (a SELECT leaves changes() alone).
-                    query
-                        .push(" AS v WHERE changes() = 1 AND t.digest = ")
-                        .push_bind(digest.to_owned());
-                }
-                query.push("; COMMIT");
-                // One trip, a transaction of its own; every row, so
-                // that each statement runs.
-                self.write_batch(move |conn| {
-                    Box::pin(async move {
-                        Ok(query
-                            .build_query_as::<RotatedGrant>()
-                            .fetch_all(conn)
-                            .await?
-                            .pop())
-                    })
-                })
-                .await?
+                );
+                successor_values(&mut query);
+                // Only after a spend (a SELECT leaves changes() alone).
+                query
+                    .push(" AS v WHERE changes() = 1 AND t.digest = ")
+                    .push_bind(digest.to_owned());
             }
+            // One trip to the writer; every row, so that each
+            // statement runs.
+            self.write_batch(move |conn| {
+                Box::pin(async move {
+                    Ok(query
+                        .build_query_as::<RotatedGrant>()
+                        .fetch_all(conn)
+                        .await?
+                        .pop())
+                })
+            })
+            .await?
         };
         if let Some(grant) = spent {
             return Ok(RefreshUse::Rotated(Box::new(grant)));
@@ -559,7 +559,7 @@ impl OAuthStore for ThisStore {
         .bind(digest)
         .bind(client_id)
         .bind(now)
-        .fetch_optional(self.reader())
+        .fetch_optional(&mut *self.lease().await?)
         .await?)
     }
 
@@ -568,7 +568,7 @@ impl OAuthStore for ThisStore {
         Ok(
             sqlx::query_as::<_, TokenRecord>(&crate::store::oauth::token_queries().token)
                 .bind(digest)
-                .fetch_optional(self.reader())
+                .fetch_optional(&mut *self.lease().await?)
                 .await?,
         )
     }
@@ -582,7 +582,7 @@ impl OAuthStore for ThisStore {
             &crate::store::oauth::token_queries().token_with_friends_count,
         )
         .bind(digest)
-        .fetch_optional(self.reader())
+        .fetch_optional(&mut *self.lease().await?)
         .await?)
     }
 
@@ -596,7 +596,7 @@ impl OAuthStore for ThisStore {
         let row = sqlx::query(&crate::store::oauth::token_queries().client_and_token)
             .bind(client_id)
             .bind(digest)
-            .fetch_optional(self.reader())
+            .fetch_optional(&mut *self.lease().await?)
             .await?;
         let Some(row) = row else {
             return Ok(None);
@@ -668,7 +668,7 @@ impl OAuthStore for ThisStore {
         )
         .bind(user_id)
         .bind(now)
-        .fetch_all(self.reader())
+        .fetch_all(&mut *self.lease().await?)
         .await?)
     }
 

@@ -5,7 +5,7 @@
 
 use super::{
     push_binds, Args, Connections, Db, ThisStore, AUDIT_SETTINGS, AUDIT_SUSPECTS_SETTINGS,
-    CHARGE_BATCH, CHARGE_SQL, HOLD_BATCH, HOLD_SQL, LOCK_SETTLED_TARGETS, SKIP_LOCKED,
+    CHARGE_SQL, HOLD_SQL, LOCK_SETTLED_TARGETS, SKIP_LOCKED,
 };
 use crate::store::{AccountBalance, AuditSnapshot, LedgerSum, Movement, PaymentStore, StoreError};
 
@@ -266,11 +266,11 @@ impl PaymentStore for ThisStore {
             None => InsertOutcome::InsufficientFunds,
         };
         let Some(key) = &insert.idempotency else {
-            // One trip: the statements are a transaction of their own.
+            // One trip: the statements are all or nothing by themselves.
             let sql = if insert.hold.is_some() {
-                HOLD_BATCH
+                HOLD_SQL
             } else {
-                CHARGE_BATCH
+                CHARGE_SQL
             };
             let statements = Self::payment_statements(insert, sql)?;
             let rows = self
@@ -517,7 +517,7 @@ impl PaymentStore for ThisStore {
         query.push(")");
         Ok(query
             .build_query_as::<crate::store::Payment>()
-            .fetch_all(self.reader())
+            .fetch_all(&mut *self.lease().await?)
             .await?)
     }
 
@@ -534,7 +534,7 @@ impl PaymentStore for ThisStore {
         .bind(owner_id)
         .bind(key)
         .bind(created_since)
-        .fetch_optional(self.reader())
+        .fetch_optional(&mut *self.lease().await?)
         .await?)
     }
 
@@ -589,7 +589,7 @@ impl PaymentStore for ThisStore {
             .push_bind(f.limit);
         Ok(query
             .build_query_as::<crate::store::Payment>()
-            .fetch_all(self.reader())
+            .fetch_all(&mut *self.lease().await?)
             .await?)
     }
 
@@ -616,7 +616,7 @@ impl PaymentStore for ThisStore {
             .bind(settle_by)
             .bind(expire_by)
             .bind(limit)
-            .fetch_all(self.reader())
+            .fetch_all(&mut *self.lease().await?)
             .await?)
     }
 

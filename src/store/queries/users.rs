@@ -17,7 +17,7 @@ impl ThisStore {
         query.push(")");
         Ok(query
             .build_query_as::<crate::store::User>()
-            .fetch_all(self.reader())
+            .fetch_all(&mut *self.lease().await?)
             .await?)
     }
 }
@@ -80,7 +80,7 @@ impl UserStore for ThisStore {
         };
         Ok(sqlx::query_as::<_, User>(sql)
             .bind(value)
-            .fetch_optional(self.reader())
+            .fetch_optional(&mut *self.lease().await?)
             .await?)
     }
 
@@ -115,7 +115,7 @@ impl UserStore for ThisStore {
                 .bind(&s.phone)
                 .bind(s.limit)
                 .bind(s.offset)
-                .fetch_all(self.reader())
+                .fetch_all(&mut *self.lease().await?)
                 .await?);
         };
         // Every name that contains the needle contains its first trigram:
@@ -147,7 +147,7 @@ impl UserStore for ThisStore {
             .bind(s.offset)
             .bind(trigram)
             .bind(s.limit.saturating_add(s.offset))
-            .fetch_all(self.reader())
+            .fetch_all(&mut *self.lease().await?)
             .await?)
     }
 
@@ -251,7 +251,7 @@ impl UserStore for ThisStore {
         )
         .bind(a)
         .bind(b)
-        .fetch_one(self.reader())
+        .fetch_one(&mut *self.lease().await?)
         .await?;
         Ok(found)
     }
@@ -274,7 +274,7 @@ impl UserStore for ThisStore {
             .bind(user_id)
             .bind(after.unwrap_or(""))
             .bind(limit)
-            .fetch_all(self.reader())
+            .fetch_all(&mut *self.lease().await?)
             .await?)
     }
 
@@ -284,7 +284,7 @@ impl UserStore for ThisStore {
             "SELECT CAST(COUNT(*) AS BIGINT) FROM friendships WHERE user_id = $1",
         )
         .bind(user_id)
-        .fetch_one(self.reader())
+        .fetch_one(&mut *self.lease().await?)
         .await?)
     }
 }
