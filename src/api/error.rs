@@ -184,11 +184,8 @@ impl ResponseError for ApiError {
 impl From<crate::store::StoreError> for ApiError {
     fn from(error: crate::store::StoreError) -> Self {
         match error {
-            crate::store::StoreError::Unavailable(e) => {
-                tracing::warn!(error = %e, "database unavailable");
-                Self::Unavailable
-            }
             crate::store::StoreError::NotFound(_) => Self::NotFound,
+            other if other.warn_if_unavailable() => Self::Unavailable,
             other => Self::Unexpected(anyhow::Error::new(other)),
         }
     }

@@ -215,19 +215,17 @@ mod tests {
 
     #[test]
     fn bad_amounts_are_refused() {
+        for input in ["abc", "", "1e3", "1,000", ".5", "5.", "+5", "--5", "NaN"] {
+            assert_eq!(
+                Amount::parse(input),
+                Err(AmountError::NotANumber),
+                "{input}"
+            );
+        }
         for (input, error) in [
             ("0.001", AmountError::TooPrecise),
             ("0", AmountError::Zero),
             ("0.00", AmountError::Zero),
-            ("abc", AmountError::NotANumber),
-            ("", AmountError::NotANumber),
-            ("1e3", AmountError::NotANumber),
-            ("1,000", AmountError::NotANumber),
-            (".5", AmountError::NotANumber),
-            ("5.", AmountError::NotANumber),
-            ("+5", AmountError::NotANumber),
-            ("--5", AmountError::NotANumber),
-            ("NaN", AmountError::NotANumber),
             (
                 "99999999999999999999",
                 AmountError::TooLarge(Amount::MAX_ABS),

@@ -145,112 +145,66 @@ mod tests {
         }
     }
 
+    /// Whether `registered` lets a request name `given` as its redirect URL.
+    fn admits(registered: &str, given: &str) -> bool {
+        let Ok(registered) = RedirectUrl::parse(registered) else {
+            panic!("{registered} is a valid redirect URL");
+        };
+        registered.admits_override(given).is_some()
+    }
+
     #[test]
     fn an_override_keeps_the_origin_and_stays_below_the_registered_path() {
-        let table: &[(&str, &str, bool)] = &[
-            ("https://app.example/cb", "https://app.example/cb", true),
-            (
-                "https://app.example/cb",
-                "https://app.example/cb/done",
-                true,
-            ),
-            ("https://app.example/cb", "https://app.example/cb?x=1", true),
+        // Most cases are overrides of one registered URL.
+        let registered = "https://app.example/cb";
+        for given in [
+            "https://app.example/cb",
+            "https://app.example/cb/done",
+            "https://app.example/cb?x=1",
+            "https://APP.example/cb",
+            "https://app.example:443/cb",
+            "https://app.example/cb/a.b/..c",
+        ] {
+            assert!(admits(registered, given), "{registered} <- {given}");
+        }
+        for given in [
+            "https://app.example/cbx",
+            "https://app.example/other",
+            "https://app.example/",
+            "https://app.example/CB",
+            "https://app.example/cb%2fx",
+            "https://app.example/cb/../other",
+            "https://app.example/cb/./x",
+            "https://app.example/cb/..",
+            "https://app.example/cb/%2e%2e/x",
+            "https://app.example/cb/%2E./x",
+            "https://app.example/cb/.%2e",
+            "https://app.example/cb/%2e",
+            "https://app.example/cb/%252e%252e/x",
+            "https://app.example/cb/%2e%2e%2fx",
+            "https://app.example/cb\\..\\x",
+            "https://app.example/cb/done#",
+            "https://app.example/cb#x",
+            "http://app.example/cb",
+            "https://app.example:8443/cb",
+            "https://evil.example/cb",
+            "https://app.example.evil.example/cb",
+            "https://u@app.example/cb",
+            "https://app.example/cb/\tx",
+            "/cb",
+        ] {
+            assert!(!admits(registered, given), "{registered} <- {given}");
+        }
+        let others: &[(&str, &str, bool)] = &[
             (
                 "https://app.example/cb?a=1",
                 "https://app.example/cb/x?b=2",
                 true,
             ),
-            ("https://app.example/cb", "https://APP.example/cb", true),
-            ("https://app.example/cb", "https://app.example:443/cb", true),
             ("https://app.example/", "https://app.example/anything", true),
             ("https://app.example", "https://app.example/anything", true),
             ("https://app.example/cb/", "https://app.example/cb/x", true),
-            ("https://app.example/cb", "https://app.example/cbx", false),
-            ("https://app.example/cb", "https://app.example/other", false),
-            ("https://app.example/cb", "https://app.example/", false),
             ("https://app.example/cb/", "https://app.example/cb", false),
-            ("https://app.example/cb", "https://app.example/CB", false),
-            (
-                "https://app.example/cb",
-                "https://app.example/cb%2fx",
-                false,
-            ),
-            (
-                "https://app.example/cb",
-                "https://app.example/cb/../other",
-                false,
-            ),
-            (
-                "https://app.example/cb",
-                "https://app.example/cb/./x",
-                false,
-            ),
-            ("https://app.example/cb", "https://app.example/cb/..", false),
-            (
-                "https://app.example/cb",
-                "https://app.example/cb/%2e%2e/x",
-                false,
-            ),
-            (
-                "https://app.example/cb",
-                "https://app.example/cb/%2E./x",
-                false,
-            ),
-            (
-                "https://app.example/cb",
-                "https://app.example/cb/.%2e",
-                false,
-            ),
-            (
-                "https://app.example/cb",
-                "https://app.example/cb/%2e",
-                false,
-            ),
-            (
-                "https://app.example/cb",
-                "https://app.example/cb/%252e%252e/x",
-                false,
-            ),
-            (
-                "https://app.example/cb",
-                "https://app.example/cb/%2e%2e%2fx",
-                false,
-            ),
-            (
-                "https://app.example/cb",
-                "https://app.example/cb\\..\\x",
-                false,
-            ),
-            (
-                "https://app.example/cb",
-                "https://app.example/cb/a.b/..c",
-                true,
-            ),
-            (
-                "https://app.example/cb",
-                "https://app.example/cb/done#",
-                false,
-            ),
-            ("https://app.example/cb", "https://app.example/cb#x", false),
-            ("https://app.example/cb", "http://app.example/cb", false),
-            (
-                "https://app.example/cb",
-                "https://app.example:8443/cb",
-                false,
-            ),
-            ("https://app.example/cb", "https://evil.example/cb", false),
-            (
-                "https://app.example/cb",
-                "https://app.example.evil.example/cb",
-                false,
-            ),
-            ("https://app.example/cb", "https://u@app.example/cb", false),
-            (
-                "https://app.example/cb",
-                "https://app.example/cb/\tx",
-                false,
-            ),
-            ("https://app.example/cb", "/cb", false),
             ("http://127.0.0.1/cb", "http://127.0.0.1:53127/cb", true),
             ("http://127.0.0.1:8000/cb", "http://127.0.0.1:9/cb/x", true),
             (
@@ -286,12 +240,9 @@ mod tests {
                 false,
             ),
         ];
-        for (registered, given, allowed) in table {
-            let Ok(registered) = RedirectUrl::parse(registered) else {
-                panic!("{registered} is a valid redirect URL");
-            };
+        for (registered, given, allowed) in others {
             assert_eq!(
-                registered.admits_override(given).is_some(),
+                admits(registered, given),
                 *allowed,
                 "{registered} <- {given}"
             );

@@ -40,6 +40,21 @@ impl Scope {
         }
     }
 
+    /// SPEC §6: whether a personal access token gets this scope. The match
+    /// names every scope, so a new one cannot reach such tokens unless it is
+    /// decided here.
+    pub const fn personal(self) -> bool {
+        match self {
+            Scope::MakePayments
+            | Scope::AccessProfile
+            | Scope::AccessBalance
+            | Scope::AccessEmail
+            | Scope::AccessPhone
+            | Scope::AccessFriends => true,
+            Scope::AccessPaymentHistory | Scope::AccessFeed => false,
+        }
+    }
+
     /// What the consent page says the scope allows.
     pub const fn description(self) -> &'static str {
         match self {

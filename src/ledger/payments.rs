@@ -133,18 +133,14 @@ pub async fn create(
             (TargetType::User, Some(user), None, None)
         }
         TargetAddress::Email(email) => {
-            let email = email.as_str();
-            let owner =
-                address_owner(store, actor, UserKey::Email(email), actor.email.as_deref()).await?;
-            let address = owner.is_none().then(|| email.to_owned());
-            (TargetType::Email, owner, address, None)
+            let (owner, unclaimed) =
+                address_target(store, actor, UserKey::Email(email.as_str())).await?;
+            (TargetType::Email, owner, unclaimed, None)
         }
         TargetAddress::Phone(phone) => {
-            let phone = phone.as_str();
-            let owner =
-                address_owner(store, actor, UserKey::Phone(phone), actor.phone.as_deref()).await?;
-            let address = owner.is_none().then(|| phone.to_owned());
-            (TargetType::Phone, owner, None, address)
+            let (owner, unclaimed) =
+                address_target(store, actor, UserKey::Phone(phone.as_str())).await?;
+            (TargetType::Phone, owner, None, unclaimed)
         }
     };
     if target_user.as_ref().is_some_and(|u| u.id == actor.id) {
@@ -242,24 +238,25 @@ fn hold(actor: &User, payment: &Payment) -> Movement {
     }
 }
 
-/// The account a new payment to an address (`UserKey::Email` or `Phone`) goes
-/// to, if any. An address belongs to an account once the account has verified
-/// it; one's own address (`own`), verified or not, is no one else's to pay.
-async fn address_owner(
+/// Where a new payment to an address (`UserKey::Email` or `Phone`) goes: the
+/// account that has verified it, or else the address itself, where it waits to
+/// be claimed. One's own address, verified or not, is no one else's to pay.
+async fn address_target(
     store: &dyn Store,
     actor: &User,
     address: UserKey<'_>,
-    own: Option<&str>,
-) -> Result<Option<User>, CreateError> {
+) -> Result<(Option<User>, Option<String>), CreateError> {
     let owner = verified_holder(store, address).await?;
-    let is_own = match address {
-        UserKey::Email(value) | UserKey::Phone(value) => own == Some(value),
-        UserKey::Id(_) | UserKey::Username(_) => false,
+    let (value, own) = match address {
+        UserKey::Email(value) => (value, actor.email.as_deref()),
+        UserKey::Phone(value) => (value, actor.phone.as_deref()),
+        UserKey::Id(value) | UserKey::Username(value) => (value, None),
     };
-    if is_own && owner.as_ref().is_none_or(|u| u.id == actor.id) {
+    if own == Some(value) && owner.as_ref().is_none_or(|u| u.id == actor.id) {
         return Err(CreateError::InvalidTarget("you cannot pay yourself".into()));
     }
-    Ok(owner)
+    let unclaimed = owner.is_none().then(|| value.to_owned());
+    Ok((owner, unclaimed))
 }
 
 /// The account that holds an e-mail or phone and has verified it.

@@ -18,6 +18,16 @@ impl StoreError {
     pub fn is_transient(&self) -> bool {
         matches!(self, Self::Unavailable(_))
     }
+
+    /// Whether the database cannot serve now, logged here so that every
+    /// answer that turns this into a 503 says so in the log the same way.
+    pub fn warn_if_unavailable(&self) -> bool {
+        let Self::Unavailable(e) = self else {
+            return false;
+        };
+        tracing::warn!(error = %e, "database unavailable");
+        true
+    }
 }
 
 /// SQLite primary result codes that say "not now" rather than "wrong": BUSY,

@@ -25,14 +25,9 @@ const EDIT_APP_FORM: &str = "edit_app";
 const PERSONAL_TOKEN: &str = "personal-token";
 
 /// SPEC §6: what a personal access token may do.
-pub const PERSONAL_SCOPES: [Scope; 6] = [
-    Scope::MakePayments,
-    Scope::AccessProfile,
-    Scope::AccessBalance,
-    Scope::AccessEmail,
-    Scope::AccessPhone,
-    Scope::AccessFriends,
-];
+fn personal_scopes() -> impl Iterator<Item = Scope> {
+    Scope::ALL.into_iter().filter(|s| s.personal())
+}
 
 pub struct AppRow {
     pub client_id: String,
@@ -85,8 +80,7 @@ pub async fn show(
             .collect(),
         form: forms::take(&session, NEW_APP_FORM).unwrap_or_default(),
         personal_token: reveal::take(&req, &state, &session, &user.id, PERSONAL_TOKEN).await?,
-        personal_scopes: PERSONAL_SCOPES
-            .iter()
+        personal_scopes: personal_scopes()
             .map(|s| (s.as_str(), s.description()))
             .collect(),
         public_origin: state.public_origin.clone(),
@@ -321,7 +315,7 @@ pub async fn personal_token(
     session: Session,
     Developer(user): Developer,
 ) -> Result<HttpResponse, PageError> {
-    let scopes = ScopeSet::from_scopes(PERSONAL_SCOPES);
+    let scopes = ScopeSet::from_scopes(personal_scopes());
     let token =
         tokens::issue_personal_access_token(state.store.as_ref(), &user.id, &scopes).await?;
     reveal::show_once(

@@ -169,13 +169,10 @@ impl PageError {
 
 impl From<crate::store::StoreError> for PageError {
     fn from(error: crate::store::StoreError) -> Self {
-        match error {
-            crate::store::StoreError::Unavailable(e) => {
-                tracing::warn!(error = %e, "database unavailable");
-                Self::Unavailable
-            }
-            other => Self::Unexpected(other.into()),
+        if error.warn_if_unavailable() {
+            return Self::Unavailable;
         }
+        Self::Unexpected(error.into())
     }
 }
 

@@ -3,6 +3,19 @@
 use super::{push_binds, Connections, Db, ThisStore};
 use crate::store::{NewUser, StoreError, User, UserFlags, UserKey, UserStore};
 
+/// `UPDATE users SET <set> WHERE id = $1`, returning the row as changed: the
+/// statement of each change to one account's columns (`$1` is its id).
+macro_rules! update_user_sql {
+    ($set:literal) => {
+        concat!(
+            "UPDATE users SET ",
+            $set,
+            " WHERE id = $1 RETURNING ",
+            crate::store::sql::user_columns!(),
+        )
+    };
+}
+
 impl ThisStore {
     async fn users_where(
         &self,
@@ -157,14 +170,11 @@ impl UserStore for ThisStore {
         user_id: &str,
         flags: UserFlags,
     ) -> Result<Option<User>, StoreError> {
-        const SQL: &str = concat!(
-            "UPDATE users SET \
-               verified = COALESCE($2, verified), \
-               suspended = COALESCE($3, suspended), \
-               email_verified = (email_verified OR ($4 AND email IS NOT NULL)), \
-               phone_verified = (phone_verified OR ($4 AND phone IS NOT NULL)) \
-             WHERE id = $1 RETURNING ",
-            crate::store::sql::user_columns!(),
+        const SQL: &str = update_user_sql!(
+            "verified = COALESCE($2, verified), \
+             suspended = COALESCE($3, suspended), \
+             email_verified = (email_verified OR ($4 AND email IS NOT NULL)), \
+             phone_verified = (phone_verified OR ($4 AND phone IS NOT NULL))"
         );
         let user = self
             .write_returning(
@@ -185,21 +195,15 @@ impl UserStore for ThisStore {
         user_id: &str,
         profile: &crate::store::ProfileUpdate,
     ) -> Result<Option<User>, StoreError> {
-        const SQL: &str = concat!(
-            "UPDATE users SET first_name = $2, last_name = $3, about = $4 \
-             WHERE id = $1 RETURNING ",
-            crate::store::sql::user_columns!(),
-        );
-        let user = self
-            .write_returning(
-                sqlx::query_as::<_, User>(SQL)
-                    .bind(user_id)
-                    .bind(&profile.first_name)
-                    .bind(&profile.last_name)
-                    .bind(&profile.about),
-            )
-            .await?;
-        Ok(user)
+        const SQL: &str = update_user_sql!("first_name = $2, last_name = $3, about = $4");
+        self.write_returning(
+            sqlx::query_as::<_, User>(SQL)
+                .bind(user_id)
+                .bind(&profile.first_name)
+                .bind(&profile.last_name)
+                .bind(&profile.about),
+        )
+        .await
     }
 
     #[tracing::instrument(skip_all)]
@@ -210,23 +214,18 @@ impl UserStore for ThisStore {
         phone: Option<&str>,
     ) -> Result<Option<User>, StoreError> {
         // Every SET expression reads the row as it was before.
-        const SQL: &str = concat!(
-            "UPDATE users SET \
-               email_verified = (email_verified AND email IS NOT DISTINCT FROM $2), \
-               phone_verified = (phone_verified AND phone IS NOT DISTINCT FROM $3), \
-               email = $2, phone = $3 \
-             WHERE id = $1 RETURNING ",
-            crate::store::sql::user_columns!(),
+        const SQL: &str = update_user_sql!(
+            "email_verified = (email_verified AND email IS NOT DISTINCT FROM $2), \
+             phone_verified = (phone_verified AND phone IS NOT DISTINCT FROM $3), \
+             email = $2, phone = $3"
         );
-        let user = self
-            .write_returning(
-                sqlx::query_as::<_, User>(SQL)
-                    .bind(user_id)
-                    .bind(email)
-                    .bind(phone),
-            )
-            .await?;
-        Ok(user)
+        self.write_returning(
+            sqlx::query_as::<_, User>(SQL)
+                .bind(user_id)
+                .bind(email)
+                .bind(phone),
+        )
+        .await
     }
 
     #[tracing::instrument(skip_all)]
