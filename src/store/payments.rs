@@ -58,11 +58,29 @@ pub(crate) const PG_CHARGE_SQL: &str = concat!(
      SELECT balance_cents FROM users WHERE id = $3"
 );
 
+/// On SQLite, the statements of a write that the group writer runs (the
+/// store's `write_batch`) open this savepoint first and release it last, so
+/// that the writer can roll back just that write when one of them fails,
+/// without trips of its own before and after it.
+macro_rules! sqlite_savepoint {
+    (open) => {
+        "SAVEPOINT write; "
+    };
+    (close) => {
+        "; RELEASE write"
+    };
+}
+
+pub(crate) const SQLITE_SAVEPOINT_OPEN: &str = sqlite_savepoint!(open);
+pub(crate) const SQLITE_SAVEPOINT_CLOSE: &str = sqlite_savepoint!(close);
+
 /// SQLite has no data-modifying CTEs, but runs several statements sent at once
 /// (one trip to its connection thread). Each write is guarded, so when the
-/// debit finds the balance short (no row) nothing at all is written; they run
-/// inside the caller's transaction, or in the writer's savepoint for them.
+/// debit finds the balance short (no row) nothing at all is written. They run
+/// in a savepoint of their own (see `sqlite_savepoint!`), inside the caller's
+/// transaction or the group writer's.
 pub(crate) const SQLITE_HOLD_SQL: &str = concat!(
+    sqlite_savepoint!(open),
     "UPDATE users SET balance_cents = balance_cents - $9 \
        WHERE id = $3 AND balance_cents >= $9 RETURNING balance_cents; \
      INSERT INTO payments (",
@@ -76,17 +94,20 @@ pub(crate) const SQLITE_HOLD_SQL: &str = concat!(
      INSERT INTO payment_parties (user_id, date_created, payment_id) \
        SELECT id, $14, $1 FROM (SELECT $3 AS id UNION ALL SELECT $5) \
        WHERE id IS NOT NULL AND EXISTS (SELECT 1 FROM payments WHERE id = $1) \
-       ON CONFLICT DO NOTHING"
+       ON CONFLICT DO NOTHING",
+    sqlite_savepoint!(close)
 );
 
 pub(crate) const SQLITE_CHARGE_SQL: &str = concat!(
+    sqlite_savepoint!(open),
     "INSERT INTO payments (",
     payment_columns!(),
     ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17); \
      INSERT INTO payment_parties (user_id, date_created, payment_id) \
        SELECT id, $14, $1 FROM (SELECT $3 AS id UNION ALL SELECT $5) \
        WHERE id IS NOT NULL ON CONFLICT DO NOTHING; \
-     SELECT balance_cents FROM users WHERE id = $3"
+     SELECT balance_cents FROM users WHERE id = $3",
+    sqlite_savepoint!(close)
 );
 
 /// A payment, charge or refund as stored. `amount_cents` is positive; `action`

@@ -52,8 +52,8 @@ pub struct SqliteStore {
     /// The one writer: transactions take it through this pool, and the group
     /// writer takes it for each group.
     writer: SqlitePool,
-    /// The queue of the group writer (see [`write_groups`]).
-    writes: tokio::sync::mpsc::UnboundedSender<WriteJob>,
+    /// Group commit of the one-trip writes (see [`GroupWriter`]).
+    group_writer: Arc<GroupWriter>,
     health: Arc<WriterHealth>,
     page_limit_file: Option<PathBuf>,
     revocations: RevocationEpoch,
@@ -119,20 +119,17 @@ impl SqliteStore {
             .connect_with(options)
             .await?;
         let page_limit_file = std::env::var_os(PAGE_LIMIT_FILE_VARIABLE).map(PathBuf::from);
-        let (writes, queue) = tokio::sync::mpsc::unbounded_channel();
-        tokio::spawn(write_groups(
-            GroupWriter {
-                writer: writer.clone(),
-                health: health.clone(),
-                page_limit_file: page_limit_file.clone(),
-            },
-            queue,
-        ));
+        let group_writer = Arc::new(GroupWriter {
+            writer: writer.clone(),
+            health: health.clone(),
+            page_limit_file: page_limit_file.clone(),
+            queue: Mutex::default(),
+        });
         Ok(Self {
             readers,
             reader,
             writer,
-            writes,
+            group_writer,
             health,
             page_limit_file,
             revocations: RevocationEpoch::default(),
@@ -237,7 +234,13 @@ impl queries::Connections for SqliteStore {
                 "the SQLite writer could not run this write".to_owned(),
             ))
         };
-        self.writes.send(job).map_err(|_| unanswered())?;
+        if self.group_writer.enqueue(job) {
+            // This write leads: it commits what is queued, its own first,
+            // as a task of its own on this thread's runtime (a request that
+            // goes away cannot leave the writer inside a half-sent
+            // transaction, and no other thread is woken for it).
+            tokio::spawn(self.group_writer.clone().write_queued());
+        }
         answered.await.map_err(|_| unanswered())?
     }
 
@@ -268,32 +271,79 @@ type WriteJob = Box<
         > + Send,
 >;
 
-/// What the group writer needs of the store.
+/// Group commit. A write queued while none is being written leads: it takes
+/// every write queued by then (up to [`MAX_GROUP`]) and commits them in one
+/// transaction, each in a savepoint of its own, so each is still all or
+/// nothing and one that fails leaves the others in; then the writes queued
+/// meanwhile, until none is left. One BEGIN, one COMMIT and one hand-over of
+/// the writer serve the whole group.
 struct GroupWriter {
     writer: SqlitePool,
     health: Arc<WriterHealth>,
     page_limit_file: Option<PathBuf>,
+    queue: Mutex<WriteQueue>,
 }
 
-/// Group commit: takes every write queued while the last group ran (up to
-/// [`MAX_GROUP`]) and commits them in one transaction, each in a savepoint of
-/// its own, so each is still all or nothing and one that fails leaves the
-/// others in. One BEGIN, one COMMIT and one hand-over of the writer serve the
-/// whole group. It runs as a task of its own, so a request that goes away
-/// cannot leave the writer inside a half-sent transaction. It ends when the
-/// store is dropped.
-async fn write_groups(
-    group_writer: GroupWriter,
-    mut queue: tokio::sync::mpsc::UnboundedReceiver<WriteJob>,
-) {
-    let mut jobs = Vec::with_capacity(MAX_GROUP);
-    while queue.recv_many(&mut jobs, MAX_GROUP).await > 0 {
-        let group = std::mem::replace(&mut jobs, Vec::with_capacity(MAX_GROUP));
-        group_writer.commit(group).await;
+#[derive(Default)]
+struct WriteQueue {
+    jobs: Vec<WriteJob>,
+    /// A leader is writing: it takes what is queued before it stops.
+    writing: bool,
+}
+
+/// A leader's turn. If it ends early (a panic, or its runtime shutting down),
+/// the writes still queued are dropped, so their callers answer 503 instead
+/// of waiting, and the next write leads.
+struct Leading<'a> {
+    writer: &'a GroupWriter,
+    finished: bool,
+}
+
+impl Drop for Leading<'_> {
+    fn drop(&mut self) {
+        if !self.finished {
+            let mut queue = self.writer.lock_queue();
+            queue.jobs.clear();
+            queue.writing = false;
+        }
     }
 }
 
 impl GroupWriter {
+    /// Queues `job`; true when its caller is to lead.
+    fn enqueue(&self, job: WriteJob) -> bool {
+        let mut queue = self.lock_queue();
+        queue.jobs.push(job);
+        !std::mem::replace(&mut queue.writing, true)
+    }
+
+    /// Commits what is queued, a group at a time, until nothing is. The
+    /// queue's lock decides: a write queued before the leader sees it empty
+    /// is taken by this leader, one queued after leads itself.
+    async fn write_queued(self: Arc<Self>) {
+        let mut leading = Leading {
+            writer: &self,
+            finished: false,
+        };
+        loop {
+            let group: Vec<WriteJob> = {
+                let mut queue = self.lock_queue();
+                if queue.jobs.is_empty() {
+                    queue.writing = false;
+                    leading.finished = true;
+                    return;
+                }
+                let take = queue.jobs.len().min(MAX_GROUP);
+                queue.jobs.drain(..take).collect()
+            };
+            self.commit(group).await;
+        }
+    }
+
+    fn lock_queue(&self) -> std::sync::MutexGuard<'_, WriteQueue> {
+        self.queue.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     async fn commit(&self, jobs: Vec<WriteJob>) {
         let mut conn = match self.writer.acquire().await {
             Ok(conn) => conn,
@@ -307,17 +357,19 @@ impl GroupWriter {
         let mut answers: Vec<Answer> = Vec::with_capacity(count);
         let mut jobs = jobs.into_iter().enumerate();
         while let Some((i, job)) = jobs.next() {
+            // The write opens and releases its own savepoint (see
+            // `sqlite_savepoint!`): no trip here unless it failed.
             let (ran, answer) = job(&mut conn).await;
             answers.push(answer);
-            // Closes this write's savepoint (rolled back if it failed) and
-            // opens the next one, or commits after the last: one trip.
-            let sql = match (ran, i + 1 == count) {
-                (true, false) => "RELEASE write; SAVEPOINT write",
-                (true, true) => "RELEASE write; COMMIT",
-                (false, false) => "ROLLBACK TO write; RELEASE write; SAVEPOINT write",
-                (false, true) => "ROLLBACK TO write; RELEASE write; COMMIT",
+            let rolled_back = match ran {
+                true => Ok(()),
+                false => roll_back_write(&mut conn).await,
             };
-            if let Err(error) = sqlx::query(sql).execute(&mut *conn).await {
+            let closed = match (rolled_back, i + 1 == count) {
+                (Ok(()), true) => sqlx::query("COMMIT").execute(&mut *conn).await.map(drop),
+                (done, _) => done,
+            };
+            if let Err(error) = closed {
                 self.after_failure(&mut conn, is_busy(&error)).await;
                 let answered = answers.into_iter().map(Ok);
                 let waiting = jobs.map(|(_, job)| Err(job));
@@ -334,9 +386,7 @@ impl GroupWriter {
         apply_page_limit(self.page_limit_file.as_deref(), conn)
             .await
             .map_err(|e| sqlx::Error::Protocol(e.to_string()))?;
-        sqlx::query("BEGIN IMMEDIATE; SAVEPOINT write")
-            .execute(conn)
-            .await?;
+        sqlx::query("BEGIN IMMEDIATE").execute(conn).await?;
         Ok(())
     }
 
@@ -353,6 +403,18 @@ impl GroupWriter {
                 self.health.failed();
             }
         }
+    }
+}
+
+/// Rolls back the savepoint of a write that failed. A write that failed
+/// before it opened its savepoint wrote nothing.
+async fn roll_back_write(conn: &mut SqliteConnection) -> Result<(), sqlx::Error> {
+    match sqlx::query("ROLLBACK TO write; RELEASE write")
+        .execute(conn)
+        .await
+    {
+        Err(error) if error.to_string().contains("no such savepoint") => Ok(()),
+        done => done.map(drop),
     }
 }
 

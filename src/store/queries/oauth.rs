@@ -478,6 +478,7 @@ impl OAuthStore for ThisStore {
             })
             .await?
         } else {
+            query.push(crate::store::payments::SQLITE_SAVEPOINT_OPEN);
             spend(&mut query);
             // changes(): the rows the spend just changed.
             query
@@ -501,6 +502,7 @@ impl OAuthStore for ThisStore {
                     .push(" AS v WHERE changes() = 1 AND t.digest = ")
                     .push_bind(digest.to_owned());
             }
+            query.push(crate::store::payments::SQLITE_SAVEPOINT_CLOSE);
             // One trip to the writer; every row, so that each
             // statement runs.
             self.write_batch(move |conn| {
