@@ -9,7 +9,7 @@ use crate::demo;
 use crate::limits::RateLimits;
 use crate::mailer::Mailer;
 use crate::oauth::credentials;
-use crate::oauth::introspection_cache::IntrospectionCache;
+use crate::oauth::introspection_cache::{IntrospectionCache, TokenCache};
 use crate::state::{AppState, MAX_BODY_BYTES};
 use crate::store::{self, Store};
 use crate::telemetry;
@@ -128,6 +128,7 @@ impl Application {
             mailer,
             grant_usage: GrantUsage::default(),
             introspection_cache: IntrospectionCache::default(),
+            token_cache: TokenCache::default(),
         });
 
         let server = HttpServer::new(move || {

@@ -7,7 +7,7 @@ use crate::auth::usage::GrantUsage;
 use crate::config::Settings;
 use crate::limits::RateLimits;
 use crate::mailer::Mailer;
-use crate::oauth::introspection_cache::IntrospectionCache;
+use crate::oauth::introspection_cache::{IntrospectionCache, TokenCache};
 use crate::store::Store;
 use secrecy::SecretString;
 use std::sync::Arc;
@@ -28,4 +28,7 @@ pub struct AppState {
     pub grant_usage: GrantUsage,
     /// What `POST /oauth/introspect` read in the last moments.
     pub introspection_cache: IntrospectionCache,
+    /// What the API's token checks read in the last moments (not `/me`,
+    /// which shows the balance as it is).
+    pub token_cache: TokenCache,
 }

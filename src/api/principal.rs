@@ -93,7 +93,7 @@ impl Principal {
                 .await
                 .map(|(active, count)| (active, Some(count)))
         } else {
-            oauth::introspect(store, &token)
+            oauth::introspect(store, &state.token_cache, &token)
                 .await
                 .map(|active| (active, None))
         };

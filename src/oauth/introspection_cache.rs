@@ -1,7 +1,8 @@
-//! A short memory of what `POST /oauth/introspect` reads. SPEC §6 lets a
-//! revoked token, or one of a suspended user or app, work for up to 1 second on
-//! another instance; this instance forgets at once (its store's revocation
-//! epoch changes with each such change it commits).
+//! A short memory of token checks. SPEC §6 lets a revoked token, or one of a
+//! suspended user or app, work for up to 1 second on another instance; this
+//! instance forgets at once (its store's revocation epoch changes with each
+//! such change it commits, and with each change of a user's profile or
+//! contacts, which the remembered rows carry).
 
 use crate::store::{IntrospectingClient, TokenRecord};
 use quick_cache::sync::Cache;
@@ -11,23 +12,23 @@ use std::time::{Duration, Instant};
 /// How long a read answers from memory: half of the second SPEC §6 allows, so
 /// a change made through another instance (or `tally admin`) is seen within it.
 pub const TTL: Duration = Duration::from_millis(500);
-/// Pairs of calling app and token remembered; the least used go first.
+/// Entries remembered; the least used go first.
 const CAPACITY: usize = 4_096;
 
-/// The calling app's and the token's rows, as read together.
-pub struct Remembered {
-    pub client: IntrospectingClient,
-    pub token: TokenRecord,
+/// Rows read in the last [`TTL`], by key.
+pub struct RecentReads<V> {
+    entries: Cache<String, Arc<Stamped<V>>>,
+}
+
+/// A value with when it was read and the store's revocation epoch then.
+pub struct Stamped<V> {
+    pub value: V,
     /// Taken before the read began, so the age is never understated.
     read_at: Instant,
     epoch: u64,
 }
 
-pub struct IntrospectionCache {
-    entries: Cache<String, Arc<Remembered>>,
-}
-
-impl Default for IntrospectionCache {
+impl<V> Default for RecentReads<V> {
     fn default() -> Self {
         Self {
             entries: Cache::new(CAPACITY),
@@ -35,37 +36,43 @@ impl Default for IntrospectionCache {
     }
 }
 
-fn key(client_id: &str, token_digest: &str) -> String {
-    format!("{token_digest} {client_id}")
-}
-
-impl IntrospectionCache {
-    /// What was read for this app and token less than `TTL` ago, if nothing
-    /// was revoked or suspended through this store since (`epoch`).
-    pub fn get(&self, client_id: &str, token_digest: &str, epoch: u64) -> Option<Arc<Remembered>> {
+impl<V> RecentReads<V> {
+    /// What was read under `key` less than `TTL` ago, if nothing was revoked
+    /// or suspended through this store since (`epoch`).
+    pub fn get(&self, key: &str, epoch: u64) -> Option<Arc<Stamped<V>>> {
         self.entries
-            .get(&key(client_id, token_digest))
+            .get(key)
             .filter(|r| r.epoch == epoch && r.read_at.elapsed() < TTL)
     }
 
-    /// Remembers rows read from `read_at` on, when the store's epoch was `epoch`.
-    pub fn put(
-        &self,
-        client: IntrospectingClient,
-        token_digest: &str,
-        token: TokenRecord,
-        read_at: Instant,
-        epoch: u64,
-    ) {
-        let key = key(&client.client_id, token_digest);
+    /// Remembers `value`, read from `read_at` on, when the store's epoch was
+    /// `epoch`.
+    pub fn put(&self, key: String, value: V, read_at: Instant, epoch: u64) {
         self.entries.insert(
             key,
-            Arc::new(Remembered {
-                client,
-                token,
+            Arc::new(Stamped {
+                value,
                 read_at,
                 epoch,
             }),
         );
     }
 }
+
+/// What `POST /oauth/introspect` reads: the calling app's and the token's rows,
+/// by app and token (see [`introspection_key`]).
+pub type IntrospectionCache = RecentReads<Remembered>;
+
+/// The calling app's and the token's rows, as read together.
+pub struct Remembered {
+    pub client: IntrospectingClient,
+    pub token: TokenRecord,
+}
+
+pub fn introspection_key(client_id: &str, token_digest: &str) -> String {
+    format!("{token_digest} {client_id}")
+}
+
+/// What the API's token checks read: a token's row with its grant, user and
+/// app, by the token's digest.
+pub type TokenCache = RecentReads<TokenRecord>;

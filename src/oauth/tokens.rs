@@ -3,7 +3,7 @@
 
 use super::client_auth::{check_client, GrantError};
 use super::credentials::{self, CredentialKind, IssuedCredential};
-use super::introspection_cache::IntrospectionCache;
+use super::introspection_cache::{introspection_key, IntrospectionCache, Remembered, TokenCache};
 use crate::domain::{micros, new_id, now_micros, ScopeSet};
 use crate::store::{NewGrant, NewToken, Store, StoreError, TokenKind, TokenRecord, User};
 use std::time::{Duration, Instant};
@@ -103,11 +103,28 @@ fn claimed_kind(token: &str) -> Option<TokenKind> {
 
 /// Checks a presented token. Malformed tokens are refused without a look-up.
 #[tracing::instrument(skip_all)]
-pub async fn introspect(store: &dyn Store, token: &str) -> Result<ActiveToken, IntrospectError> {
+pub async fn introspect(
+    store: &dyn Store,
+    cache: &TokenCache,
+    token: &str,
+) -> Result<ActiveToken, IntrospectError> {
     let kind = claimed_kind(token).ok_or(IntrospectError::Invalid)?;
     // The primary key is the digest itself, so the look-up compares digests in
     // the index; nothing secret is compared byte by byte here.
-    let record = store.find_token(&credentials::digest(token)).await?;
+    let digest = credentials::digest(token);
+    let epoch = store.revocation_epoch();
+    let record = match cache.get(&digest, epoch) {
+        Some(remembered) => Some(remembered.value.clone()),
+        None => {
+            let read_at = Instant::now();
+            let record = store.find_token(&digest).await?;
+            if let Some(record) = &record {
+                cache.put(digest, record.clone(), read_at, epoch);
+            }
+            record
+        }
+    };
+    // Expiry is checked on every use, remembered or not.
     check(kind, record)
 }
 
@@ -144,16 +161,21 @@ pub async fn introspect_for_client(
     let kind = claimed_kind(token);
     let digest = credentials::digest(token);
     let epoch = store.revocation_epoch();
-    let (client, record) = match cache.get(client_id, &digest, epoch) {
+    let key = introspection_key(client_id, &digest);
+    let (client, record) = match cache.get(&key, epoch) {
         Some(remembered) => (
-            Some(remembered.client.clone()),
-            Some(remembered.token.clone()),
+            Some(remembered.value.client.clone()),
+            Some(remembered.value.token.clone()),
         ),
         None => {
             let read_at = Instant::now();
             match store.find_client_and_token(client_id, &digest).await? {
                 Some((client, Some(record))) => {
-                    cache.put(client.clone(), &digest, record.clone(), read_at, epoch);
+                    let remembered = Remembered {
+                        client: client.clone(),
+                        token: record.clone(),
+                    };
+                    cache.put(key, remembered, read_at, epoch);
                     (Some(client), Some(record))
                 }
                 Some((client, None)) => (Some(client), None),

@@ -1488,7 +1488,24 @@ async fn a_revocation_on_one_instance_is_seen_by_another_within_a_second() {
             (status, response.json::<Value>().await.unwrap())
         }
     };
-    // Every instance answers `expected` within a second of `since`.
+    // Whether an instance's API takes the token (the `Principal` of every API
+    // request, which remembers token checks as introspection does).
+    let user_path = format!("/v1/users/{}", f.user_id);
+    let api_takes = |origin: &str, token: &str| {
+        let url = format!("{origin}{user_path}");
+        let token = token.to_owned();
+        async move {
+            let response = reqwest::Client::new()
+                .get(url)
+                .bearer_auth(token)
+                .send()
+                .await
+                .unwrap();
+            response.status().as_u16() == 200
+        }
+    };
+    // Every instance answers `expected` within a second of `since`, at the
+    // introspection endpoint and in its API.
     let within_a_second = |token: &str, since: std::time::Instant, expected: bool| {
         let token = token.to_owned();
         let origins = origins.clone();
@@ -1497,7 +1514,10 @@ async fn a_revocation_on_one_instance_is_seen_by_another_within_a_second() {
                 loop {
                     let (status, body) = introspect_at(origin, &token).await;
                     let active = status == 200 && body["active"] == true;
-                    if active == expected && (expected || body == json!({"active": false})) {
+                    if active == expected
+                        && (expected || body == json!({"active": false}))
+                        && api_takes(origin, &token).await == expected
+                    {
                         break;
                     }
                     assert!(
@@ -1515,6 +1535,7 @@ async fn a_revocation_on_one_instance_is_seen_by_another_within_a_second() {
         async move {
             for origin in &origins {
                 assert_eq!(introspect_at(origin, &token).await.1["active"], true);
+                assert!(api_takes(origin, &token).await);
             }
         }
     };

@@ -61,6 +61,10 @@ impl AccountStore for ThisStore {
             }
         };
         tx.commit().await?;
+        if user.is_some() {
+            // The token checks remember the user's row (see `TokenCache`).
+            self.revocations().bump();
+        }
         Ok(user)
     }
 

@@ -196,14 +196,18 @@ impl UserStore for ThisStore {
         profile: &crate::store::ProfileUpdate,
     ) -> Result<Option<User>, StoreError> {
         const SQL: &str = update_user_sql!("first_name = $2, last_name = $3, about = $4");
-        self.write_returning(
-            sqlx::query_as::<_, User>(SQL)
-                .bind(user_id)
-                .bind(&profile.first_name)
-                .bind(&profile.last_name)
-                .bind(&profile.about),
-        )
-        .await
+        let user = self
+            .write_returning(
+                sqlx::query_as::<_, User>(SQL)
+                    .bind(user_id)
+                    .bind(&profile.first_name)
+                    .bind(&profile.last_name)
+                    .bind(&profile.about),
+            )
+            .await;
+        // The token checks remember the user's row (see `TokenCache`).
+        self.revocations().bump();
+        user
     }
 
     #[tracing::instrument(skip_all)]
@@ -219,13 +223,16 @@ impl UserStore for ThisStore {
              phone_verified = (phone_verified AND phone IS NOT DISTINCT FROM $3), \
              email = $2, phone = $3"
         );
-        self.write_returning(
-            sqlx::query_as::<_, User>(SQL)
-                .bind(user_id)
-                .bind(email)
-                .bind(phone),
-        )
-        .await
+        let user = self
+            .write_returning(
+                sqlx::query_as::<_, User>(SQL)
+                    .bind(user_id)
+                    .bind(email)
+                    .bind(phone),
+            )
+            .await;
+        self.revocations().bump();
+        user
     }
 
     #[tracing::instrument(skip_all)]
