@@ -124,14 +124,10 @@ pub async fn create(
     now: i64,
 ) -> Result<Made, CreateError> {
     check_amount(request.amount)?;
+    // An account named by id is not read here: the store checks that it
+    // exists as it writes the payment (one trip on PostgreSQL) and returns it.
     let (target_type, target_user, email, phone) = match &request.target {
-        TargetAddress::UserId(id) => {
-            let user = store
-                .find_user(UserKey::Id(id))
-                .await?
-                .ok_or_else(|| CreateError::InvalidTarget(format!("no user has the id {id}")))?;
-            (TargetType::User, Some(user), None, None)
-        }
+        TargetAddress::UserId(_) => (TargetType::User, None, None, None),
         TargetAddress::Email(email) => {
             let (owner, unclaimed) =
                 address_target(store, actor, UserKey::Email(email.as_str())).await?;
@@ -143,7 +139,14 @@ pub async fn create(
             (TargetType::Phone, owner, None, unclaimed)
         }
     };
-    if target_user.as_ref().is_some_and(|u| u.id == actor.id) {
+    let named_target = match &request.target {
+        TargetAddress::UserId(id) => Some(id.clone()),
+        TargetAddress::Email(_) | TargetAddress::Phone(_) => None,
+    };
+    let target_id = named_target
+        .clone()
+        .or_else(|| target_user.as_ref().map(|u| u.id.clone()));
+    if target_id.as_deref() == Some(actor.id.as_str()) {
         return Err(CreateError::InvalidTarget("you cannot pay yourself".into()));
     }
     let action = if request.amount.cents() > 0 {
@@ -151,16 +154,13 @@ pub async fn create(
     } else {
         PaymentAction::Charge
     };
-    let to_account = target_user.is_some();
-    let parties: Vec<User> = std::iter::once(actor.clone())
-        .chain(target_user.clone())
-        .collect();
+    let to_account = target_id.is_some();
     let payment = Payment {
         id: new_id(),
         kind: PaymentKind::Payment,
         actor_id: Some(actor.id.clone()),
         target_type,
-        target_user_id: target_user.map(|u| u.id),
+        target_user_id: target_id,
         target_email: email,
         target_phone: phone,
         action,
@@ -185,12 +185,17 @@ pub async fn create(
         hold: (action == PaymentAction::Pay).then(|| hold(actor, &payment)),
         payment,
         idempotency,
+        check_target: named_target.is_some(),
     };
     match store.insert_payment(&insert).await? {
         InsertOutcome::Created {
             mut payment,
             actor_balance_cents,
+            target,
         } => {
+            let parties: Vec<User> = std::iter::once(actor.clone())
+                .chain(target.map(|t| *t).or(target_user))
+                .collect();
             // The owner was looked up before the insert; if the address was
             // verified in between, that verification's claim missed this
             // payment, so claim it now.
@@ -220,6 +225,10 @@ pub async fn create(
             replayed: true,
             parties: None,
         }),
+        InsertOutcome::NoSuchTarget => Err(CreateError::InvalidTarget(format!(
+            "no user has the id {}",
+            named_target.unwrap_or_default()
+        ))),
         InsertOutcome::InsufficientFunds => Err(CreateError::InsufficientFunds),
         InsertOutcome::KeyConflict => Err(CreateError::IdempotencyConflict),
     }

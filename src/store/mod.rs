@@ -25,7 +25,7 @@ pub use oauth::{
 };
 pub use payments::{
     DuePayment, IdempotencyKey, InsertOutcome, Move, Payment, PaymentFilter, PaymentInsert,
-    Settlement, StoredIdempotencyKey, Transition, TransitionOutcome, UserSearch,
+    RecordedToAccount, Settlement, StoredIdempotencyKey, Transition, TransitionOutcome, UserSearch,
 };
 pub use postgres::PgStore;
 pub use sqlite::{SqliteStore, PAGE_LIMIT_FILE_VARIABLE as SQLITE_PAGE_LIMIT_FILE_VARIABLE};

@@ -31,19 +31,62 @@ pub const PAYMENT_COLUMNS: &str = payment_columns!();
 /// is written unless the guarded debit took the money.
 pub(crate) const PG_HOLD_SQL: &str = concat!(
     "WITH debit AS (UPDATE users SET balance_cents = balance_cents - $9 \
-       WHERE id = $3 AND balance_cents >= $9 RETURNING balance_cents), \
+       WHERE id = $3 AND balance_cents >= $9 RETURNING balance_cents), ",
+    pg_hold_rows!(),
+    " SELECT balance_cents FROM debit"
+);
+
+/// What a pay writes once its debit took the money: the row, the hold's two
+/// entries, the parties.
+macro_rules! pg_hold_rows {
+    () => {
+        concat!(
+            "made AS (INSERT INTO payments (",
+            payment_columns!(),
+            ") SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17 \
+               FROM debit RETURNING id), \
+             hold AS (INSERT INTO ledger_entries \
+               (movement_id, kind, account, amount_cents, payment_id, created_at) \
+               SELECT $18, $20, e.account, e.cents, made.id, $14 FROM made \
+               CROSS JOIN (VALUES ($3, -$9), ($19, $9)) AS e (account, cents)), \
+             parties AS (INSERT INTO payment_parties (user_id, date_created, payment_id) \
+               SELECT u.id, $14, made.id FROM made CROSS JOIN (VALUES ($3), ($5)) AS u (id) \
+               WHERE u.id IS NOT NULL ON CONFLICT DO NOTHING)"
+        )
+    };
+}
+use pg_hold_rows;
+
+/// A pay to an account named by id that was not read: the statement reads it
+/// too, moves nothing unless it exists, and returns it beside the actor's
+/// balance (NULL when not covered); no row when there is no such account. One
+/// round trip instead of a read and then the pay.
+pub(crate) const PG_HOLD_TO_ACCOUNT_SQL: &str = concat!(
+    "WITH target AS (SELECT ",
+    super::sql::user_columns!(),
+    " FROM users WHERE id = $5), \
+     debit AS (UPDATE users SET balance_cents = balance_cents - $9 \
+       WHERE id = $3 AND balance_cents >= $9 AND EXISTS (SELECT 1 FROM target) \
+       RETURNING balance_cents), ",
+    pg_hold_rows!(),
+    " SELECT (SELECT balance_cents FROM debit) AS actor_balance_cents, target.* FROM target"
+);
+
+/// A charge to an account named by id that was not read: as
+/// `PG_HOLD_TO_ACCOUNT_SQL`, nothing is written without the account.
+pub(crate) const PG_CHARGE_TO_ACCOUNT_SQL: &str = concat!(
+    "WITH target AS (SELECT ",
+    super::sql::user_columns!(),
+    " FROM users WHERE id = $5), \
      made AS (INSERT INTO payments (",
     payment_columns!(),
     ") SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17 \
-       FROM debit RETURNING id), \
-     hold AS (INSERT INTO ledger_entries \
-       (movement_id, kind, account, amount_cents, payment_id, created_at) \
-       SELECT $18, $20, e.account, e.cents, made.id, $14 FROM made \
-       CROSS JOIN (VALUES ($3, -$9), ($19, $9)) AS e (account, cents)), \
+       FROM target RETURNING id), \
      parties AS (INSERT INTO payment_parties (user_id, date_created, payment_id) \
        SELECT u.id, $14, made.id FROM made CROSS JOIN (VALUES ($3), ($5)) AS u (id) \
        WHERE u.id IS NOT NULL ON CONFLICT DO NOTHING) \
-     SELECT balance_cents FROM debit"
+     SELECT (SELECT balance_cents FROM users WHERE id = $3) AS actor_balance_cents, target.* \
+     FROM target"
 );
 
 /// A charge moves nothing: the row, its parties, and the actor's balance.
@@ -156,6 +199,19 @@ pub struct PaymentInsert {
     /// ledger decided it. It is written only if the actor's balance covers it.
     pub hold: Option<Movement>,
     pub idempotency: Option<IdempotencyKey>,
+    /// The target account (`payment.target_user_id`) was named by the request
+    /// and not read: the store writes nothing unless it exists, and returns it.
+    pub check_target: bool,
+}
+
+/// What the store read of a payment's target account as it wrote the payment
+/// (see `PaymentInsert::check_target`), with the actor's balance afterwards.
+#[derive(Debug, sqlx::FromRow)]
+pub struct RecordedToAccount {
+    /// None when the actor's balance did not cover a pay.
+    pub actor_balance_cents: Option<i64>,
+    #[sqlx(flatten)]
+    pub target: super::User,
 }
 
 /// A key as stored: what it was first used for and what that answered.
@@ -172,7 +228,11 @@ pub enum InsertOutcome {
     Created {
         payment: Payment,
         actor_balance_cents: i64,
+        /// The target account, when the store read it (`check_target`).
+        target: Option<Box<super::User>>,
     },
+    /// `check_target`: no account has the target's id; nothing was written.
+    NoSuchTarget,
     /// The actor's balance does not cover the hold; nothing was written.
     InsufficientFunds,
     /// The key was used before with the same parameters: the first result.

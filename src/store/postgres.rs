@@ -126,6 +126,11 @@ const DATA_MODIFYING_CTES: bool = true;
 /// A new payment's movement, one statement (see payments.rs).
 const HOLD_SQL: &str = super::payments::PG_HOLD_SQL;
 const CHARGE_SQL: &str = super::payments::PG_CHARGE_SQL;
+/// …and to an account named by id, read in the same statement (pay, charge).
+const TO_ACCOUNT_SQL: Option<(&str, &str)> = Some((
+    super::payments::PG_HOLD_TO_ACCOUNT_SQL,
+    super::payments::PG_CHARGE_TO_ACCOUNT_SQL,
+));
 /// A settlement batch first locks the accounts it credits in id order, as every
 /// other transaction that moves money does, so two cannot deadlock.
 const LOCK_SETTLED_TARGETS: Option<(&str, &str)> = Some((

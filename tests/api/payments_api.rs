@@ -22,6 +22,7 @@ on_both_backends!(
     charges_are_approved_denied_or_cancelled_by_the_right_party,
     cancelling_a_held_pay_refunds_the_actor,
     a_pay_the_balance_cannot_cover_is_refused,
+    a_pay_or_charge_to_an_unknown_account_writes_nothing,
     bad_inputs_are_refused_with_their_code_and_write_nothing,
     payments_are_listed_newest_first_and_filtered,
     paging_through_120_payments_with_one_timestamp_returns_each_once,
@@ -674,6 +675,46 @@ async fn a_pay_the_balance_cannot_cover_is_refused(backend: Backend) {
     audit_ok(app.store.as_ref()).await;
 }
 
+/// The store checks the target account as it writes (on PostgreSQL in the
+/// same statement): an id no account has is `invalid_target`, for a pay and a
+/// charge, with or without an Idempotency-Key, and nothing is written, even
+/// when the balance would not have covered the pay either.
+async fn a_pay_or_charge_to_an_unknown_account_writes_nothing(backend: Backend) {
+    let Some(app) = TestApp::spawn(backend).await else {
+        return;
+    };
+    let (ann, _bob) = two(&app, "5").await;
+    let nobody = tally::domain::new_id();
+    for amount in ["1.00", "-1.00", "9.00"] {
+        for key in [None, Some(format!("key-{amount}"))] {
+            let mut request = app
+                .http
+                .post(app.url("/v1/payments"))
+                .bearer_auth(&ann.token)
+                .form(&[
+                    ("user_id", nobody.as_str()),
+                    ("amount", amount),
+                    ("note", "x"),
+                ]);
+            if let Some(key) = &key {
+                request = request.header("Idempotency-Key", key.as_str());
+            }
+            let response = request.send().await.unwrap();
+            assert_eq!(response.status(), 400, "{amount} {key:?}");
+            let body: Value = response.json().await.unwrap();
+            assert_eq!(body["error"]["code"], "invalid_target", "{body}");
+            assert!(
+                body["error"]["message"].as_str().unwrap().contains(&nobody),
+                "{body}"
+            );
+        }
+    }
+    let listed = app.get("/payments", &ann.token).await;
+    assert_eq!(listed.ok().as_array().unwrap().len(), 0);
+    assert_eq!(balance_cents(app.store.as_ref(), &ann.id).await, 500);
+    audit_ok(app.store.as_ref()).await;
+}
+
 async fn bad_inputs_are_refused_with_their_code_and_write_nothing(backend: Backend) {
     let Some(app) = TestApp::spawn(backend).await else {
         return;
@@ -1064,6 +1105,7 @@ async fn paging_through_120_payments_with_one_timestamp_returns_each_once(backen
                 payment,
                 hold: None,
                 idempotency: None,
+                check_target: false,
             })
             .await
             .unwrap();

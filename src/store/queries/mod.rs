@@ -8,7 +8,8 @@
 //! `use super::…` below (its sqlx database `Db`, its store `ThisStore`, its
 //! `NAME`, and its dialect: the constants `SKIP_LOCKED`, `KEY_LOCK` and
 //! `DATA_MODIFYING_CTES`, the new-payment statements `HOLD_SQL` and
-//! `CHARGE_SQL`, `LOCK_SETTLED_TARGETS`,
+//! `CHARGE_SQL` (and `TO_ACCOUNT_SQL`, where they can read the target account
+//! too), `LOCK_SETTLED_TARGETS`,
 //! and the audit's planner settings), and its connection handling, the
 //! `Connections` trait. The files below take what they need from this module by
 //! name.
@@ -20,7 +21,7 @@ mod users;
 
 use super::{
     Db, ThisStore, AUDIT_SETTINGS, AUDIT_SUSPECTS_SETTINGS, CHARGE_SQL, DATA_MODIFYING_CTES,
-    HOLD_SQL, KEY_LOCK, LOCK_SETTLED_TARGETS, NAME, SKIP_LOCKED,
+    HOLD_SQL, KEY_LOCK, LOCK_SETTLED_TARGETS, NAME, SKIP_LOCKED, TO_ACCOUNT_SQL,
 };
 use crate::store::pool::{BatchFuture, Lease, RevocationEpoch};
 use crate::store::{Store, StoreError};

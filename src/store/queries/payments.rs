@@ -5,7 +5,7 @@
 
 use super::{
     push_binds, Args, Connections, Db, ThisStore, AUDIT_SETTINGS, AUDIT_SUSPECTS_SETTINGS,
-    CHARGE_SQL, HOLD_SQL, LOCK_SETTLED_TARGETS, SKIP_LOCKED,
+    CHARGE_SQL, HOLD_SQL, LOCK_SETTLED_TARGETS, SKIP_LOCKED, TO_ACCOUNT_SQL,
 };
 use crate::store::{AccountBalance, AuditSnapshot, LedgerSum, Movement, PaymentStore, StoreError};
 
@@ -258,14 +258,48 @@ impl PaymentStore for ThisStore {
         use crate::store::InsertOutcome;
         let p = &insert.payment;
         p.actor_id.as_deref().ok_or(StoreError::NotFound("actor"))?;
-        let created = |balance: Option<i64>| match balance {
+        let target_id = match (insert.check_target, &p.target_user_id) {
+            (true, Some(id)) => Some(id.as_str()),
+            (true, None) => return Err(StoreError::NotFound("target")),
+            (false, _) => None,
+        };
+        let created = |balance: Option<i64>, target: Option<crate::store::User>| match balance {
             Some(balance) => InsertOutcome::Created {
                 payment: p.clone(),
                 actor_balance_cents: balance,
+                target: target.map(Box::new),
             },
             None => InsertOutcome::InsufficientFunds,
         };
         let Some(key) = &insert.idempotency else {
+            if let (Some(_), Some((hold_sql, charge_sql))) = (target_id, TO_ACCOUNT_SQL) {
+                // One round trip: the target read with the write.
+                let sql = if insert.hold.is_some() {
+                    hold_sql
+                } else {
+                    charge_sql
+                };
+                let statement = Self::payment_statements(insert, sql)?;
+                let row = self
+                    .write_batch(move |conn| Box::pin(statement.fetch_optional(conn)))
+                    .await?;
+                let Some(row) = row else {
+                    return Ok(InsertOutcome::NoSuchTarget);
+                };
+                let recorded: crate::store::RecordedToAccount = sqlx::FromRow::from_row(&row)?;
+                return Ok(created(recorded.actor_balance_cents, Some(recorded.target)));
+            }
+            let target = match target_id {
+                Some(id) => {
+                    match crate::store::UserStore::find_user(self, crate::store::UserKey::Id(id))
+                        .await?
+                    {
+                        None => return Ok(InsertOutcome::NoSuchTarget),
+                        found => found,
+                    }
+                }
+                None => None,
+            };
             // One trip: the statements are all or nothing by themselves.
             let sql = if insert.hold.is_some() {
                 HOLD_SQL
@@ -276,7 +310,7 @@ impl PaymentStore for ThisStore {
             let rows = self
                 .write_batch(move |conn| Box::pin(statements.fetch_all(conn)))
                 .await?;
-            return Ok(created(Self::recorded_balance(insert, &rows)?));
+            return Ok(created(Self::recorded_balance(insert, &rows)?, target));
         };
         let mut tx = self.write().await?;
         if !Self::take_idempotency_key(&mut tx, key).await? {
@@ -299,6 +333,25 @@ impl PaymentStore for ThisStore {
             tx.commit().await?;
             return Ok(outcome);
         }
+        let target = match target_id {
+            Some(id) => {
+                const SQL: &str = concat!(
+                    "SELECT ",
+                    crate::store::sql::user_columns!(),
+                    " FROM users WHERE id = $1"
+                );
+                let found = sqlx::query_as::<_, crate::store::User>(SQL)
+                    .bind(id)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+                if found.is_none() {
+                    tx.rollback().await?;
+                    return Ok(InsertOutcome::NoSuchTarget);
+                }
+                found
+            }
+            None => None,
+        };
         let Some(balance) = Self::record_payment(&mut tx, insert).await? else {
             // Rolled back now, not when the connection is next used:
             // the key and the row locks go at once.
@@ -316,7 +369,7 @@ impl PaymentStore for ThisStore {
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;
-        Ok(created(Some(balance)))
+        Ok(created(Some(balance), target))
     }
 
     #[tracing::instrument(skip_all, fields(payment_id = %t.payment_id, status = t.status.as_str()))]
