@@ -272,16 +272,22 @@ impl PaymentStore for ThisStore {
             None => InsertOutcome::InsufficientFunds,
         };
         let Some(key) = &insert.idempotency else {
-            if let (Some(_), Some((hold_sql, charge_sql))) = (target_id, TO_ACCOUNT_SQL) {
-                // One round trip: the target read with the write.
-                let sql = if insert.hold.is_some() {
-                    hold_sql
-                } else {
-                    charge_sql
-                };
-                let statement = Self::payment_statements(insert, sql)?;
+            // One trip: the statements are all or nothing by themselves.
+            let reads_target = target_id.is_some() && TO_ACCOUNT_SQL.is_some();
+            let (hold_sql, charge_sql) = match TO_ACCOUNT_SQL {
+                Some(to_account) if reads_target => to_account,
+                _ => (HOLD_SQL, CHARGE_SQL),
+            };
+            let sql = if insert.hold.is_some() {
+                hold_sql
+            } else {
+                charge_sql
+            };
+            let statements = Self::payment_statements(insert, sql)?;
+            if reads_target {
+                // The target is read with the write.
                 let row = self
-                    .write_batch(move |conn| Box::pin(statement.fetch_optional(conn)))
+                    .write_batch(move |conn| Box::pin(statements.fetch_optional(conn)))
                     .await?;
                 let Some(row) = row else {
                     return Ok(InsertOutcome::NoSuchTarget);
@@ -300,13 +306,6 @@ impl PaymentStore for ThisStore {
                 }
                 None => None,
             };
-            // One trip: the statements are all or nothing by themselves.
-            let sql = if insert.hold.is_some() {
-                HOLD_SQL
-            } else {
-                CHARGE_SQL
-            };
-            let statements = Self::payment_statements(insert, sql)?;
             let rows = self
                 .write_batch(move |conn| Box::pin(statements.fetch_all(conn)))
                 .await?;
