@@ -448,16 +448,15 @@ impl GroupWriter {
     }
 }
 
-/// Rolls back the savepoint of a write that failed. A write that failed
-/// before it opened its savepoint wrote nothing.
+/// Rolls back the savepoint of a write that failed. When the savepoint is
+/// gone, so is the group's transaction (SQLite rolls a whole transaction back
+/// by itself on some errors, e.g. a full disk): that fails the group, so no
+/// later write runs outside it and no earlier one is answered as written.
 async fn roll_back_write(conn: &mut SqliteConnection) -> Result<(), sqlx::Error> {
-    match sqlx::query("ROLLBACK TO write; RELEASE write")
+    sqlx::query("ROLLBACK TO write; RELEASE write")
         .execute(conn)
         .await
-    {
-        Err(error) if error.to_string().contains("no such savepoint") => Ok(()),
-        done => done.map(drop),
-    }
+        .map(drop)
 }
 
 /// Answers every write of a group that did not commit with the group's error
@@ -537,6 +536,55 @@ mod queries;
 mod tests {
     use super::queries::Connections;
     use super::*;
+
+    /// Writes queued together commit in one group, each in its own savepoint:
+    /// one that fails half-way is rolled back to its savepoint and answered
+    /// with its own error, and the others of its group are written.
+    #[tokio::test]
+    async fn a_write_that_fails_in_a_group_leaves_the_others_written() -> anyhow::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let url = format!("sqlite://{}", dir.path().join("tally.db").display());
+        let store = std::sync::Arc::new(SqliteStore::connect(&url).await?);
+        store.run_migrations().await?;
+        let insert = |keys: &'static [&'static str]| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                store
+                    .write_batch(move |conn| {
+                        let mut sql = String::from(crate::store::payments::SQLITE_SAVEPOINT_OPEN);
+                        for key in keys {
+                            sql.push_str(&format!(
+                                "INSERT INTO server_settings (key, value) VALUES ('{key}', 'v'); "
+                            ));
+                        }
+                        sql.push_str(
+                            crate::store::payments::SQLITE_SAVEPOINT_CLOSE.trim_start_matches("; "),
+                        );
+                        Box::pin(async move { sqlx::query(&sql).execute(conn).await.map(drop) })
+                    })
+                    .await
+            })
+        };
+        // Held writer: the first write leads and waits for it; the next three
+        // queue behind it and form one group.
+        let held = store.write().await?;
+        let first = insert(&["first"]);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let before = insert(&["before"]);
+        let failing = insert(&["half", "first"]);
+        let after = insert(&["after"]);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        held.commit().await?;
+        first.await??;
+        before.await??;
+        assert!(matches!(failing.await?, Err(StoreError::Conflict(_))));
+        after.await??;
+        let keys: Vec<String> = sqlx::query_scalar("SELECT key FROM server_settings ORDER BY key")
+            .fetch_all(&mut *store.lease().await?)
+            .await?;
+        assert_eq!(keys, ["after", "before", "first"]);
+        Ok(())
+    }
 
     /// The state of issue 10: SQLite rolled a transaction back by itself (as it
     /// does when a COMMIT finds the disk full), so sqlx's COMMIT and ROLLBACK
