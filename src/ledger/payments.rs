@@ -126,22 +126,18 @@ pub async fn create(
     check_amount(request.amount)?;
     // An account named by id is not read here: the store checks that it
     // exists as it writes the payment (one trip on PostgreSQL) and returns it.
-    let (target_type, target_user, email, phone) = match &request.target {
-        TargetAddress::UserId(_) => (TargetType::User, None, None, None),
+    let (target_type, named_target, target_user, email, phone) = match &request.target {
+        TargetAddress::UserId(id) => (TargetType::User, Some(id.clone()), None, None, None),
         TargetAddress::Email(email) => {
             let (owner, unclaimed) =
                 address_target(store, actor, UserKey::Email(email.as_str())).await?;
-            (TargetType::Email, owner, unclaimed, None)
+            (TargetType::Email, None, owner, unclaimed, None)
         }
         TargetAddress::Phone(phone) => {
             let (owner, unclaimed) =
                 address_target(store, actor, UserKey::Phone(phone.as_str())).await?;
-            (TargetType::Phone, owner, None, unclaimed)
+            (TargetType::Phone, None, owner, None, unclaimed)
         }
-    };
-    let named_target = match &request.target {
-        TargetAddress::UserId(id) => Some(id.clone()),
-        TargetAddress::Email(_) | TargetAddress::Phone(_) => None,
     };
     let target_id = named_target
         .clone()

@@ -34,8 +34,8 @@ pub(crate) type BatchFuture<'c, O> =
 /// pool pings every connection it takes back, a round trip to the database per
 /// statement; these go back as they are. A connection that failed is not
 /// known to its lease, so after any error that may mean a broken connection
-/// (see [`ConnectionTrouble`]) each idle one is pinged once before it is lent
-/// again, and replaced if that fails. Transactions stay on sqlx's pool, whose
+/// (see [`ConnectionTrouble`]) each one lent or idle at the time is pinged
+/// once before it is lent again, and replaced if that fails. Transactions stay on sqlx's pool, whose
 /// ping also flushes the rollback of one dropped half-way.
 pub(crate) struct Lender<DB: sqlx::Database> {
     idle: std::sync::Mutex<Vec<Idle<DB::Connection>>>,
@@ -47,8 +47,8 @@ pub(crate) struct Lender<DB: sqlx::Database> {
 
 struct Idle<C> {
     conn: C,
-    /// The count of connection troubles when it last worked.
-    trouble_seen: u64,
+    /// When it was last known to work: the start of its last lease.
+    worked_at: std::time::Instant,
 }
 
 impl<DB: sqlx::Database> Lender<DB> {
@@ -74,10 +74,9 @@ impl<DB: sqlx::Database> Lender<DB> {
             .await
             .map_err(|_| sqlx::Error::PoolTimedOut)?
             .map_err(|_| sqlx::Error::PoolClosed)?;
-        let trouble = ConnectionTrouble::count();
         let idle = self.lock_idle().pop();
         let conn = match idle {
-            Some(mut idle) if idle.trouble_seen != trouble => {
+            Some(mut idle) if ConnectionTrouble::seen_within(idle.worked_at.elapsed()) => {
                 match sqlx::Connection::ping(&mut idle.conn).await {
                     Ok(()) => idle.conn,
                     Err(_) => self.connect().await?,
@@ -88,7 +87,7 @@ impl<DB: sqlx::Database> Lender<DB> {
         };
         Ok(Lease {
             conn: Some(conn),
-            trouble_at_start: trouble,
+            lent_at: std::time::Instant::now(),
             lender: self,
             _permit: permit,
         })
@@ -123,7 +122,7 @@ impl<DB: sqlx::Database> Lender<DB> {
 pub(crate) struct Lease<'a, DB: sqlx::Database> {
     /// Always `Some` until the lease is dropped.
     conn: Option<DB::Connection>,
-    trouble_at_start: u64,
+    lent_at: std::time::Instant,
     lender: &'a Lender<DB>,
     _permit: tokio::sync::SemaphorePermit<'a>,
 }
@@ -151,25 +150,21 @@ impl<DB: sqlx::Database> std::ops::DerefMut for Lease<'_, DB> {
 impl<DB: sqlx::Database> Drop for Lease<'_, DB> {
     fn drop(&mut self) {
         if let Some(conn) = self.conn.take() {
-            // A trouble seen while it was out may have been its own: then it
-            // is pinged before it is lent again.
-            let now = ConnectionTrouble::count();
-            let trouble_seen = if now == self.trouble_at_start {
-                now
-            } else {
-                u64::MAX
-            };
-            self.lender.lock_idle().push(Idle { conn, trouble_seen });
+            // A trouble seen while it was out may have been its own: it counts
+            // as working only from when it was lent.
+            self.lender.lock_idle().push(Idle {
+                conn,
+                worked_at: self.lent_at,
+            });
         }
     }
 }
 
-/// Counts the errors this process has seen that may mean a broken database
-/// connection (those a client may retry, `StoreError::Unavailable`), and when
-/// the last one came, so that the pools check their idle connections after one.
+/// When this process last saw an error that may mean a broken database
+/// connection (one a client may retry, `StoreError::Unavailable`), so that the
+/// pools check the connections that were idle or in use at the time.
 pub(crate) struct ConnectionTrouble;
 
-static CONNECTION_TROUBLES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 /// Microseconds from `TROUBLE_EPOCH` to the last trouble, plus one (0: none).
 static LAST_TROUBLE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 static TROUBLE_EPOCH: std::sync::LazyLock<std::time::Instant> =
@@ -179,11 +174,6 @@ impl ConnectionTrouble {
     pub(crate) fn seen() {
         let at = u64::try_from(TROUBLE_EPOCH.elapsed().as_micros()).unwrap_or(u64::MAX);
         LAST_TROUBLE.store(at.saturating_add(1), std::sync::atomic::Ordering::Release);
-        CONNECTION_TROUBLES.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-    }
-
-    pub(crate) fn count() -> u64 {
-        CONNECTION_TROUBLES.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// Whether a trouble came within the last `idle_for`: a connection idle
