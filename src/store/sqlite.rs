@@ -105,7 +105,11 @@ impl SqliteStore {
             .connect_with(
                 options
                     .clone()
-                    .pragma("wal_autocheckpoint", WRITER_AUTOCHECKPOINT_PAGES),
+                    .pragma("wal_autocheckpoint", WRITER_AUTOCHECKPOINT_PAGES)
+                    // Each write's savepoint keeps the pages it changes in a
+                    // sub-journal, which SQLite moves to a temporary file past
+                    // 64 KiB: in memory it costs no file writes and no file.
+                    .pragma("temp_store", "MEMORY"),
             )
             .await?;
         // The WAL is copied into the database file by a connection of its own
