@@ -125,19 +125,66 @@ pub(crate) const SQLITE_SAVEPOINT_CLOSE: &str = sqlite_savepoint!(close);
 pub(crate) const SQLITE_HOLD_SQL: &str = concat!(
     sqlite_savepoint!(open),
     "UPDATE users SET balance_cents = balance_cents - $9 \
-       WHERE id = $3 AND balance_cents >= $9 RETURNING balance_cents; \
-     INSERT INTO payments (",
-    payment_columns!(),
-    ") SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17 \
-       WHERE changes() = 1; \
-     INSERT INTO ledger_entries (movement_id, kind, account, amount_cents, payment_id, created_at) \
-       SELECT $18, $20, e.account, e.cents, $1, $14 \
-       FROM (SELECT $3 AS account, -$9 AS cents UNION ALL SELECT $19, $9) AS e \
-       WHERE EXISTS (SELECT 1 FROM payments WHERE id = $1); \
-     INSERT INTO payment_parties (user_id, date_created, payment_id) \
-       SELECT id, $14, $1 FROM (SELECT $3 AS id UNION ALL SELECT $5) \
-       WHERE id IS NOT NULL AND EXISTS (SELECT 1 FROM payments WHERE id = $1) \
-       ON CONFLICT DO NOTHING",
+       WHERE id = $3 AND balance_cents >= $9 RETURNING balance_cents; ",
+    sqlite_hold_rows!(),
+    sqlite_savepoint!(close)
+);
+
+/// What a pay writes on SQLite once its debit (the statement before) took the
+/// money: the row, the hold's two entries, the parties.
+macro_rules! sqlite_hold_rows {
+    () => {
+        concat!(
+            "INSERT INTO payments (",
+            payment_columns!(),
+            ") SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17 \
+               WHERE changes() = 1; \
+             INSERT INTO ledger_entries \
+               (movement_id, kind, account, amount_cents, payment_id, created_at) \
+               SELECT $18, $20, e.account, e.cents, $1, $14 \
+               FROM (SELECT $3 AS account, -$9 AS cents UNION ALL SELECT $19, $9) AS e \
+               WHERE EXISTS (SELECT 1 FROM payments WHERE id = $1); ",
+            sqlite_parties!(),
+            " AND EXISTS (SELECT 1 FROM payments WHERE id = $1) ON CONFLICT DO NOTHING"
+        )
+    };
+}
+use sqlite_hold_rows;
+
+/// The parties of a new payment (`$1`), its actor and target account; the
+/// caller ends the `WHERE` clause.
+macro_rules! sqlite_parties {
+    () => {
+        "INSERT INTO payment_parties (user_id, date_created, payment_id) \
+           SELECT id, $14, $1 FROM (SELECT $3 AS id UNION ALL SELECT $5) \
+           WHERE id IS NOT NULL"
+    };
+}
+use sqlite_parties;
+
+/// The last statement of a write to an account named by id on SQLite: the
+/// account, beside the actor's balance when the payment was written (NULL when
+/// a pay was not covered); no row when there is no such account.
+macro_rules! sqlite_recorded_to_account {
+    () => {
+        concat!(
+            "; SELECT (SELECT balance_cents FROM users WHERE id = $3 \
+                 AND EXISTS (SELECT 1 FROM payments WHERE id = $1)) AS actor_balance_cents, ",
+            super::sql::user_columns!(),
+            " FROM users WHERE id = $5"
+        )
+    };
+}
+
+/// A pay to an account named by id that was not read, on SQLite: as
+/// `PG_HOLD_TO_ACCOUNT_SQL`, one trip to the writer that moves nothing unless
+/// the account exists, and reads it back.
+pub(crate) const SQLITE_HOLD_TO_ACCOUNT_SQL: &str = concat!(
+    sqlite_savepoint!(open),
+    "UPDATE users SET balance_cents = balance_cents - $9 \
+       WHERE id = $3 AND balance_cents >= $9 AND EXISTS (SELECT 1 FROM users WHERE id = $5); ",
+    sqlite_hold_rows!(),
+    sqlite_recorded_to_account!(),
     sqlite_savepoint!(close)
 );
 
@@ -145,11 +192,24 @@ pub(crate) const SQLITE_CHARGE_SQL: &str = concat!(
     sqlite_savepoint!(open),
     "INSERT INTO payments (",
     payment_columns!(),
-    ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17); \
-     INSERT INTO payment_parties (user_id, date_created, payment_id) \
-       SELECT id, $14, $1 FROM (SELECT $3 AS id UNION ALL SELECT $5) \
-       WHERE id IS NOT NULL ON CONFLICT DO NOTHING; \
+    ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17); ",
+    sqlite_parties!(),
+    " ON CONFLICT DO NOTHING; \
      SELECT balance_cents FROM users WHERE id = $3",
+    sqlite_savepoint!(close)
+);
+
+/// A charge to an account named by id that was not read, on SQLite: nothing
+/// is written without the account.
+pub(crate) const SQLITE_CHARGE_TO_ACCOUNT_SQL: &str = concat!(
+    sqlite_savepoint!(open),
+    "INSERT INTO payments (",
+    payment_columns!(),
+    ") SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17 \
+       WHERE EXISTS (SELECT 1 FROM users WHERE id = $5); ",
+    sqlite_parties!(),
+    " AND EXISTS (SELECT 1 FROM payments WHERE id = $1) ON CONFLICT DO NOTHING",
+    sqlite_recorded_to_account!(),
     sqlite_savepoint!(close)
 );
 

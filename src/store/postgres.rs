@@ -127,10 +127,10 @@ const DATA_MODIFYING_CTES: bool = true;
 const HOLD_SQL: &str = super::payments::PG_HOLD_SQL;
 const CHARGE_SQL: &str = super::payments::PG_CHARGE_SQL;
 /// …and to an account named by id, read in the same statement (pay, charge).
-const TO_ACCOUNT_SQL: Option<(&str, &str)> = Some((
+const TO_ACCOUNT_SQL: (&str, &str) = (
     super::payments::PG_HOLD_TO_ACCOUNT_SQL,
     super::payments::PG_CHARGE_TO_ACCOUNT_SQL,
-));
+);
 /// A settlement batch first locks the accounts it credits in id order, as every
 /// other transaction that moves money does, so two cannot deadlock.
 const LOCK_SETTLED_TARGETS: Option<(&str, &str)> = Some((

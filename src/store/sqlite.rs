@@ -516,9 +516,12 @@ const DATA_MODIFYING_CTES: bool = false;
 /// A new payment's statements, sent to the writer at once (see payments.rs).
 const HOLD_SQL: &str = super::payments::SQLITE_HOLD_SQL;
 const CHARGE_SQL: &str = super::payments::SQLITE_CHARGE_SQL;
-/// An account named by id is read first, by a reader: the one writer, which
-/// every write waits for, does only the writing.
-const TO_ACCOUNT_SQL: Option<(&str, &str)> = None;
+/// …and to an account named by id, read by the same trip to the writer (pay,
+/// charge): a trip to a reader first would cost more than the read.
+const TO_ACCOUNT_SQL: (&str, &str) = (
+    super::payments::SQLITE_HOLD_TO_ACCOUNT_SQL,
+    super::payments::SQLITE_CHARGE_TO_ACCOUNT_SQL,
+);
 /// The one writer already excludes every other settlement.
 const LOCK_SETTLED_TARGETS: Option<(&str, &str)> = None;
 

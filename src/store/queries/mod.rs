@@ -8,8 +8,8 @@
 //! `use super::…` below (its sqlx database `Db`, its store `ThisStore`, its
 //! `NAME`, and its dialect: the constants `SKIP_LOCKED`, `KEY_LOCK` and
 //! `DATA_MODIFYING_CTES`, the new-payment statements `HOLD_SQL` and
-//! `CHARGE_SQL` (and `TO_ACCOUNT_SQL`, where they can read the target account
-//! too), `LOCK_SETTLED_TARGETS`,
+//! `CHARGE_SQL` and, for a target account named by id, `TO_ACCOUNT_SQL`,
+//! `LOCK_SETTLED_TARGETS`,
 //! and the audit's planner settings), and its connection handling, the
 //! `Connections` trait. The files below take what they need from this module by
 //! name.

@@ -273,10 +273,9 @@ impl PaymentStore for ThisStore {
         };
         let Some(key) = &insert.idempotency else {
             // One trip: the statements are all or nothing by themselves.
-            let reads_target = target_id.is_some() && TO_ACCOUNT_SQL.is_some();
-            let (hold_sql, charge_sql) = match TO_ACCOUNT_SQL {
-                Some(to_account) if reads_target => to_account,
-                _ => (HOLD_SQL, CHARGE_SQL),
+            let (hold_sql, charge_sql) = match target_id {
+                Some(_) => TO_ACCOUNT_SQL,
+                None => (HOLD_SQL, CHARGE_SQL),
             };
             let sql = if insert.hold.is_some() {
                 hold_sql
@@ -284,32 +283,19 @@ impl PaymentStore for ThisStore {
                 charge_sql
             };
             let statements = Self::payment_statements(insert, sql)?;
-            if reads_target {
-                // The target is read with the write.
-                let row = self
-                    .write_batch(move |conn| Box::pin(statements.fetch_optional(conn)))
-                    .await?;
-                let Some(row) = row else {
-                    return Ok(InsertOutcome::NoSuchTarget);
-                };
-                let recorded: crate::store::RecordedToAccount = sqlx::FromRow::from_row(&row)?;
-                return Ok(created(recorded.actor_balance_cents, Some(recorded.target)));
-            }
-            let target = match target_id {
-                Some(id) => {
-                    match crate::store::UserStore::find_user(self, crate::store::UserKey::Id(id))
-                        .await?
-                    {
-                        None => return Ok(InsertOutcome::NoSuchTarget),
-                        found => found,
-                    }
-                }
-                None => None,
-            };
+            // Every row, so that each of SQLite's statements runs.
             let rows = self
                 .write_batch(move |conn| Box::pin(statements.fetch_all(conn)))
                 .await?;
-            return Ok(created(Self::recorded_balance(insert, &rows)?, target));
+            if target_id.is_some() {
+                // The target is read with the write, in the last row.
+                let Some(row) = rows.last() else {
+                    return Ok(InsertOutcome::NoSuchTarget);
+                };
+                let recorded: crate::store::RecordedToAccount = sqlx::FromRow::from_row(row)?;
+                return Ok(created(recorded.actor_balance_cents, Some(recorded.target)));
+            }
+            return Ok(created(Self::recorded_balance(insert, &rows)?, None));
         };
         let mut tx = self.write().await?;
         if !Self::take_idempotency_key(&mut tx, key).await? {
