@@ -2,16 +2,14 @@
 //! the personal access tokens, each revocable.
 
 use super::forms::{self, refuse, sentence, FormState, PageForm, PathId};
-use super::session::{self, SignedIn};
+use super::session::{self, Page, SignedIn};
 use super::signin::client_ip;
 use super::view::{links_message, page, see_other, when, LinksWording, PageError};
 use crate::accounts::{self, ChangeContactsError, ContactChange, ContactsChanged};
 use crate::domain::{now_micros, Email, Money, Phone};
-use crate::state::AppState;
 use crate::store::{ConsentRow, ProfileUpdate};
-use actix_session::Session;
 use actix_web::http::StatusCode;
-use actix_web::{web, HttpRequest, HttpResponse};
+use actix_web::{HttpRequest, HttpResponse};
 use askama::Template;
 use serde::Deserialize;
 
@@ -83,8 +81,7 @@ struct AccountPage {
 }
 
 pub async fn show(
-    state: web::Data<AppState>,
-    session: Session,
+    Page { state, session }: Page,
     SignedIn(user): SignedIn,
 ) -> Result<HttpResponse, PageError> {
     let store = state.store.as_ref();
@@ -166,8 +163,7 @@ pub struct ProfileForm {
 }
 
 pub async fn update_profile(
-    state: web::Data<AppState>,
-    session: Session,
+    Page { state, session }: Page,
     form: PageForm<ProfileForm>,
     SignedIn(user): SignedIn,
 ) -> Result<HttpResponse, PageError> {
@@ -235,8 +231,7 @@ fn parse_contacts(form: &ContactForm, refused: &mut FormState) -> Option<(Email,
 /// `accounts::change_contacts` once the password is confirmed.
 pub async fn update_contacts(
     req: HttpRequest,
-    state: web::Data<AppState>,
-    session: Session,
+    Page { state, session }: Page,
     form: PageForm<ContactForm>,
     SignedIn(user): SignedIn,
 ) -> Result<HttpResponse, PageError> {
@@ -298,8 +293,7 @@ pub async fn update_contacts(
 /// Ends an app's access: its consents are forgotten and every token it holds
 /// for this user stops working.
 pub async fn revoke_app(
-    state: web::Data<AppState>,
-    session: Session,
+    Page { state, session }: Page,
     PathId(client_id): PathId,
     SignedIn(user): SignedIn,
 ) -> Result<HttpResponse, PageError> {
@@ -324,8 +318,7 @@ pub async fn revoke_app(
 }
 
 pub async fn revoke_token(
-    state: web::Data<AppState>,
-    session: Session,
+    Page { state, session }: Page,
     PathId(grant_id): PathId,
     SignedIn(user): SignedIn,
 ) -> Result<HttpResponse, PageError> {
