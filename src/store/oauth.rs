@@ -4,6 +4,16 @@
 
 use super::User;
 
+/// A user's consent to an app: remembered per exact scope set and response
+/// type (`token` or `code`).
+#[derive(Debug, Clone, Copy)]
+pub struct Consent<'a> {
+    pub user_id: &'a str,
+    pub client_id: &'a str,
+    pub scopes: &'a str,
+    pub response_type: &'a str,
+}
+
 /// One authorization of an app by a user, the family of every token issued
 /// under it.
 #[derive(Debug, Clone)]

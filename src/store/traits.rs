@@ -4,7 +4,7 @@
 //! `queries/mod.rs`).
 
 use super::{
-    App, AppUpdate, AuditChunk, AuditSnapshot, CodeCheck, CodeUse, ConsentRow, DuePayment,
+    App, AppUpdate, AuditChunk, AuditSnapshot, CodeCheck, CodeUse, Consent, ConsentRow, DuePayment,
     InsertOutcome, IntrospectingClient, Movement, NewApp, NewCode, NewGrant, NewToken, NewUser,
     NewVerification, Payment, PaymentFilter, PaymentInsert, PersonalToken, ProfileUpdate,
     RefreshUse, Retention, SendLimits, Settlement, SigninDecision, StoreError,
@@ -20,6 +20,14 @@ pub enum UserKey<'a> {
     Username(&'a str),
     Email(&'a str),
     Phone(&'a str),
+}
+
+/// An account and its addresses that claim pending payments: those verified.
+#[derive(Debug, Clone, Copy)]
+pub struct Claimant<'a> {
+    pub user_id: &'a str,
+    pub email: Option<&'a str>,
+    pub phone: Option<&'a str>,
 }
 
 /// Everything the service stores, and the database itself.
@@ -219,24 +227,11 @@ pub trait OAuthStore: Send + Sync {
         not_before: i64,
     ) -> Result<Option<String>, StoreError>;
 
-    /// Whether the user allowed the app these exact scopes for this response
-    /// type (`token` or `code`).
-    async fn has_consent(
-        &self,
-        user_id: &str,
-        client_id: &str,
-        scopes: &str,
-        response_type: &str,
-    ) -> Result<bool, StoreError>;
+    /// Whether the user gave this consent (these exact scopes, this response
+    /// type).
+    async fn has_consent(&self, consent: Consent<'_>) -> Result<bool, StoreError>;
 
-    async fn insert_consent(
-        &self,
-        user_id: &str,
-        client_id: &str,
-        scopes: &str,
-        response_type: &str,
-        at: i64,
-    ) -> Result<(), StoreError>;
+    async fn insert_consent(&self, consent: Consent<'_>, at: i64) -> Result<(), StoreError>;
 
     /// The user's remembered consents with their apps, newest first.
     async fn consents_of_user(&self, user_id: &str) -> Result<Vec<ConsentRow>, StoreError>;
@@ -393,15 +388,9 @@ pub trait PaymentStore: Send + Sync {
         limit: i64,
     ) -> Result<Vec<DuePayment>, StoreError>;
 
-    /// Points pending payments to this e-mail or phone at the user (unless the
-    /// user made them), as of `now`. Returns how many were claimed.
-    async fn claim_payments(
-        &self,
-        user_id: &str,
-        email: Option<&str>,
-        phone: Option<&str>,
-        now: i64,
-    ) -> Result<u64, StoreError>;
+    /// Points pending payments to the claimant's e-mail or phone at the user
+    /// (unless the user made them), as of `now`. Returns how many were claimed.
+    async fn claim_payments(&self, claimant: Claimant<'_>, now: i64) -> Result<u64, StoreError>;
 
     /// Records money arriving from outside: credits the user and writes both
     /// ledger entries in one transaction. Returns the new balance in cents.

@@ -558,7 +558,14 @@ async fn an_expiry_decided_before_a_claim_does_not_overtake_it(backend: Backend)
     let due = store.due_payments(0, i64::MAX, 10).await.unwrap();
     assert_eq!(due.len(), 1);
     let claimed = store
-        .claim_payments(&bob.id, Some("bob@example.com"), None, now_micros())
+        .claim_payments(
+            tally::store::Claimant {
+                user_id: &bob.id,
+                email: Some("bob@example.com"),
+                phone: None,
+            },
+            now_micros(),
+        )
         .await
         .unwrap();
     assert_eq!(claimed, 1);

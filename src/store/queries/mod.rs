@@ -104,6 +104,21 @@ impl ThisStore {
         tx.commit().await?;
         Ok(row)
     }
+
+    /// The rows of `select`, a statement that ends in an open `IN (`, for the
+    /// given values.
+    async fn fetch_in<T>(&self, select: String, values: &[String]) -> Result<Vec<T>, StoreError>
+    where
+        T: for<'r> sqlx::FromRow<'r, <Db as sqlx::Database>::Row> + Send + Unpin,
+    {
+        let mut query = sqlx::QueryBuilder::<Db>::new(select);
+        push_binds(&mut query, values.iter().cloned());
+        query.push(")");
+        Ok(query
+            .build_query_as::<T>()
+            .fetch_all(&mut *self.lease().await?)
+            .await?)
+    }
 }
 
 #[async_trait::async_trait]

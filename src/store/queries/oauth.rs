@@ -4,7 +4,7 @@
 
 use super::{Connections, Db, ThisStore, DATA_MODIFYING_CTES};
 use crate::store::{
-    App, CodeRecord, CodeUse, NewApp, NewCode, NewGrant, NewToken, OAuthStore, RefreshUse,
+    App, CodeRecord, CodeUse, Consent, NewApp, NewCode, NewGrant, NewToken, OAuthStore, RefreshUse,
     RotatedGrant, StoreError, TokenRecord,
 };
 
@@ -174,45 +174,32 @@ impl OAuthStore for ThisStore {
     }
 
     #[tracing::instrument(skip_all)]
-    async fn has_consent(
-        &self,
-        user_id: &str,
-        client_id: &str,
-        scopes: &str,
-        response_type: &str,
-    ) -> Result<bool, StoreError> {
+    async fn has_consent(&self, consent: Consent<'_>) -> Result<bool, StoreError> {
         Ok(sqlx::query_scalar(
             "SELECT EXISTS (SELECT 1 FROM oauth_consents \
              WHERE user_id = $1 AND client_id = $2 AND scopes = $3 \
              AND response_type = $4)",
         )
-        .bind(user_id)
-        .bind(client_id)
-        .bind(scopes)
-        .bind(response_type)
+        .bind(consent.user_id)
+        .bind(consent.client_id)
+        .bind(consent.scopes)
+        .bind(consent.response_type)
         .fetch_one(&mut *self.lease().await?)
         .await?)
     }
 
     #[tracing::instrument(skip_all)]
-    async fn insert_consent(
-        &self,
-        user_id: &str,
-        client_id: &str,
-        scopes: &str,
-        response_type: &str,
-        at: i64,
-    ) -> Result<(), StoreError> {
+    async fn insert_consent(&self, consent: Consent<'_>, at: i64) -> Result<(), StoreError> {
         self.write_one(
             sqlx::query(
                 "INSERT INTO oauth_consents \
              (user_id, client_id, scopes, response_type, created_at) \
              VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",
             )
-            .bind(user_id)
-            .bind(client_id)
-            .bind(scopes)
-            .bind(response_type)
+            .bind(consent.user_id)
+            .bind(consent.client_id)
+            .bind(consent.scopes)
+            .bind(consent.response_type)
             .bind(at),
         )
         .await?;

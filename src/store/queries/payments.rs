@@ -564,13 +564,7 @@ impl PaymentStore for ThisStore {
             crate::store::payments::payment_columns!(),
             " FROM payments WHERE id IN (",
         );
-        let mut query = sqlx::QueryBuilder::<Db>::new(SQL);
-        push_binds(&mut query, ids.iter().cloned());
-        query.push(")");
-        Ok(query
-            .build_query_as::<crate::store::Payment>()
-            .fetch_all(&mut *self.lease().await?)
-            .await?)
+        self.fetch_in(SQL.to_owned(), ids).await
     }
 
     async fn find_idempotency_key(
@@ -675,11 +669,14 @@ impl PaymentStore for ThisStore {
     #[tracing::instrument(skip_all, fields(user_id))]
     async fn claim_payments(
         &self,
-        user_id: &str,
-        email: Option<&str>,
-        phone: Option<&str>,
+        claimant: crate::store::Claimant<'_>,
         now: i64,
     ) -> Result<u64, StoreError> {
+        let crate::store::Claimant {
+            user_id,
+            email,
+            phone,
+        } = claimant;
         if email.is_none() && phone.is_none() {
             return Ok(0);
         }
