@@ -297,13 +297,12 @@ pub async fn revoke_app(
     PathId(client_id): PathId,
     SignedIn(user): SignedIn,
 ) -> Result<HttpResponse, PageError> {
-    let name = state
-        .store
+    let store = state.store.as_ref();
+    let name = store
         .find_app(&client_id)
         .await?
         .map_or_else(|| "The app".to_owned(), |a| a.name);
-    let revoked = state
-        .store
+    let revoked = store
         .revoke_app_for_user(&user.id, &client_id, now_micros())
         .await?;
     session::flash(
