@@ -354,10 +354,7 @@ async fn replayed_update(
     store: &dyn Store,
     key: &IdempotencyKey,
 ) -> Result<Option<Updated>, UpdateError> {
-    let Some(stored) = store
-        .find_idempotency_key(&key.owner_id, &key.key, key.expired_before)
-        .await?
-    else {
+    let Some(stored) = store.find_idempotency_key(key).await? else {
         return Ok(None);
     };
     let payment_id = match stored.payment_id {

@@ -5,9 +5,9 @@
 
 use super::{
     App, AppUpdate, AuditChunk, AuditSnapshot, CodeCheck, CodeUse, Consent, ConsentRow, DuePayment,
-    InsertOutcome, IntrospectingClient, Movement, NewApp, NewCode, NewGrant, NewToken, NewUser,
-    NewVerification, Payment, PaymentFilter, PaymentInsert, PersonalToken, ProfileUpdate,
-    RefreshUse, Retention, SendLimits, Settlement, SigninDecision, StoreError,
+    IdempotencyKey, InsertOutcome, IntrospectingClient, Movement, NewApp, NewCode, NewGrant,
+    NewToken, NewUser, NewVerification, Payment, PaymentFilter, PaymentInsert, PersonalToken,
+    ProfileUpdate, RefreshUse, Retention, SendLimits, Settlement, SigninDecision, StoreError,
     StoredIdempotencyKey, TokenRecord, Transition, TransitionOutcome, User, UserFlags, UserSearch,
 };
 use async_trait::async_trait;
@@ -369,12 +369,11 @@ pub trait PaymentStore: Send + Sync {
 
     async fn find_payments(&self, ids: &[String]) -> Result<Vec<Payment>, StoreError>;
 
-    /// The owner's key, unless it was created before `created_since`.
+    /// What was stored under the owner's key, unless the key was created
+    /// before its `expired_before`.
     async fn find_idempotency_key(
         &self,
-        owner_id: &str,
-        key: &str,
-        created_since: i64,
+        key: &IdempotencyKey,
     ) -> Result<Option<StoredIdempotencyKey>, StoreError>;
 
     async fn list_payments(&self, filter: &PaymentFilter) -> Result<Vec<Payment>, StoreError>;

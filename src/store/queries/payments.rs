@@ -569,17 +569,15 @@ impl PaymentStore for ThisStore {
 
     async fn find_idempotency_key(
         &self,
-        owner_id: &str,
-        key: &str,
-        created_since: i64,
+        key: &crate::store::IdempotencyKey,
     ) -> Result<Option<crate::store::StoredIdempotencyKey>, StoreError> {
         Ok(sqlx::query_as(
             "SELECT fingerprint, payment_id, balance_cents FROM idempotency_keys \
              WHERE owner_id = $1 AND key = $2 AND created_at >= $3",
         )
-        .bind(owner_id)
-        .bind(key)
-        .bind(created_since)
+        .bind(&key.owner_id)
+        .bind(&key.key)
+        .bind(key.expired_before)
         .fetch_optional(&mut *self.lease().await?)
         .await?)
     }
