@@ -21,8 +21,8 @@ pub use models::{
 };
 pub use oauth::{
     CodeCheck, CodeRecord, CodeUse, Consent, ConsentRow, Grant, IntrospectingClient, NewCode,
-    NewGrant, NewToken, PersonalToken, RefreshUse, RotatedGrant, SigninDecision, TokenKind,
-    TokenRecord,
+    NewGrant, NewReveal, NewToken, PersonalToken, Presented, RefreshUse, RotatedGrant,
+    SigninDecision, TokenKind, TokenRecord,
 };
 pub use payments::{
     DuePayment, IdempotencyKey, InsertOutcome, Move, Payment, PaymentFilter, PaymentInsert,

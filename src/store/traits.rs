@@ -6,9 +6,10 @@
 use super::{
     App, AppUpdate, AuditChunk, AuditSnapshot, CodeCheck, CodeUse, Consent, ConsentRow, DuePayment,
     IdempotencyKey, InsertOutcome, IntrospectingClient, Movement, NewApp, NewCode, NewGrant,
-    NewToken, NewUser, NewVerification, Payment, PaymentFilter, PaymentInsert, PersonalToken,
-    ProfileUpdate, RefreshUse, Retention, SendLimits, Settlement, SigninDecision, StoreError,
-    StoredIdempotencyKey, TokenRecord, Transition, TransitionOutcome, User, UserFlags, UserSearch,
+    NewReveal, NewToken, NewUser, NewVerification, Payment, PaymentFilter, PaymentInsert,
+    PersonalToken, Presented, ProfileUpdate, RefreshUse, Retention, SendLimits, Settlement,
+    SigninDecision, StoreError, StoredIdempotencyKey, TokenRecord, Transition, TransitionOutcome,
+    User, UserFlags, UserSearch,
 };
 use async_trait::async_trait;
 
@@ -209,14 +210,8 @@ pub trait OAuthStore: Send + Sync {
         digest: &str,
     ) -> Result<bool, StoreError>;
 
-    /// Keeps a sealed secret of `user_id` for its single showing.
-    async fn insert_reveal(
-        &self,
-        id: &str,
-        user_id: &str,
-        sealed: &str,
-        now: i64,
-    ) -> Result<(), StoreError>;
+    /// Keeps a sealed secret for its single showing.
+    async fn insert_reveal(&self, reveal: &NewReveal) -> Result<(), StoreError>;
 
     /// Takes the sealed secret out (it is deleted: a second call finds nothing),
     /// if it is `user_id`'s and was kept at or after `not_before`.
@@ -259,36 +254,31 @@ pub trait OAuthStore: Send + Sync {
         code: &NewCode,
     ) -> Result<(), StoreError>;
 
-    /// Spends a code of `client_id` and, if `check` passes and its grant is
-    /// still live, stores `tokens` under that grant: one transaction, so of
-    /// simultaneous exchanges exactly one is first. A replay revokes the grant.
+    /// Spends a code of the presenting app and, if `check` passes and its
+    /// grant is still live, stores `tokens` under that grant: one transaction,
+    /// so of simultaneous exchanges exactly one is first. A replay revokes the
+    /// grant.
     async fn exchange_code(
         &self,
-        digest: &str,
-        client_id: &str,
-        now: i64,
+        code: Presented<'_>,
         check: CodeCheck<'_>,
         tokens: &[NewToken],
     ) -> Result<CodeUse, StoreError>;
 
-    /// Spends a refresh token of `client_id` and stores its successors, in one
-    /// transaction. A replay of a spent refresh token revokes its family.
+    /// Spends a refresh token of the presenting app and stores its successors,
+    /// in one transaction. A replay of a spent refresh token revokes its family.
     async fn rotate_refresh_token(
         &self,
-        digest: &str,
-        client_id: &str,
-        now: i64,
+        token: Presented<'_>,
         successors: &[NewToken],
     ) -> Result<RefreshUse, StoreError>;
 
     /// The scopes of the grant behind a refresh token that `rotate_refresh_token`
-    /// would spend (of `client_id`, unspent, unrevoked, unexpired, its grant
-    /// live); `None` for any other token, so nothing is learnt of those.
+    /// would spend (of the presenting app, unspent, unrevoked, unexpired, its
+    /// grant live); `None` for any other token, so nothing is learnt of those.
     async fn live_refresh_token_scopes(
         &self,
-        digest: &str,
-        client_id: &str,
-        now: i64,
+        token: Presented<'_>,
     ) -> Result<Option<String>, StoreError>;
 
     async fn find_token(&self, digest: &str) -> Result<Option<TokenRecord>, StoreError>;

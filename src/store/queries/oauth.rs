@@ -4,8 +4,8 @@
 
 use super::{Connections, Db, ThisStore, DATA_MODIFYING_CTES};
 use crate::store::{
-    App, CodeRecord, CodeUse, Consent, NewApp, NewCode, NewGrant, NewToken, OAuthStore, RefreshUse,
-    RotatedGrant, StoreError, TokenRecord,
+    App, CodeRecord, CodeUse, Consent, NewApp, NewCode, NewGrant, NewToken, OAuthStore, Presented,
+    RefreshUse, RotatedGrant, StoreError, TokenRecord,
 };
 
 #[async_trait::async_trait]
@@ -131,22 +131,16 @@ impl OAuthStore for ThisStore {
     }
 
     #[tracing::instrument(skip_all)]
-    async fn insert_reveal(
-        &self,
-        id: &str,
-        user_id: &str,
-        sealed: &str,
-        now: i64,
-    ) -> Result<(), StoreError> {
+    async fn insert_reveal(&self, reveal: &crate::store::NewReveal) -> Result<(), StoreError> {
         self.write_one(
             sqlx::query(
                 "INSERT INTO secret_reveals (id, user_id, sealed, created_at) \
              VALUES ($1, $2, $3, $4)",
             )
-            .bind(id)
-            .bind(user_id)
-            .bind(sealed)
-            .bind(now),
+            .bind(&reveal.id)
+            .bind(&reveal.user_id)
+            .bind(&reveal.sealed)
+            .bind(reveal.created_at),
         )
         .await?;
         Ok(())
@@ -305,12 +299,15 @@ impl OAuthStore for ThisStore {
     #[tracing::instrument(skip_all)]
     async fn exchange_code(
         &self,
-        digest: &str,
-        client_id: &str,
-        now: i64,
+        code: Presented<'_>,
         check: crate::store::CodeCheck<'_>,
         tokens: &[NewToken],
     ) -> Result<CodeUse, StoreError> {
+        let Presented {
+            digest,
+            client_id,
+            now,
+        } = code;
         let mut tx = self.write().await?;
         // Spends the code; on PostgreSQL a simultaneous exchange waits
         // here on the row lock, then finds it spent.
@@ -386,11 +383,14 @@ impl OAuthStore for ThisStore {
     #[tracing::instrument(skip_all)]
     async fn rotate_refresh_token(
         &self,
-        digest: &str,
-        client_id: &str,
-        now: i64,
+        token: Presented<'_>,
         successors: &[NewToken],
     ) -> Result<RefreshUse, StoreError> {
+        let Presented {
+            digest,
+            client_id,
+            now,
+        } = token;
         // The guarded spend, the successors (one multi-row insert) and
         // the grant, sent at once: on PostgreSQL one statement (its own
         // transaction, one round trip); on SQLite one batch in the writer's
@@ -533,9 +533,7 @@ impl OAuthStore for ThisStore {
     #[tracing::instrument(skip_all)]
     async fn live_refresh_token_scopes(
         &self,
-        digest: &str,
-        client_id: &str,
-        now: i64,
+        token: Presented<'_>,
     ) -> Result<Option<String>, StoreError> {
         // The conditions of the spend in rotate_refresh_token.
         Ok(sqlx::query_scalar(
@@ -545,9 +543,9 @@ impl OAuthStore for ThisStore {
              AND t.revoked_at IS NULL AND t.expires_at > $3 \
              AND g.client_id = $2 AND g.revoked_at IS NULL",
         )
-        .bind(digest)
-        .bind(client_id)
-        .bind(now)
+        .bind(token.digest)
+        .bind(token.client_id)
+        .bind(token.now)
         .fetch_optional(&mut *self.lease().await?)
         .await?)
     }
