@@ -1,7 +1,7 @@
 //! What an account goes through besides its row: verification of its
 //! addresses, the sign-in throttle, ended browser sessions.
 
-use super::{Connections, Db, ThisStore, KEY_LOCK};
+use super::{Connections, ThisStore, Tx, KEY_LOCK};
 use crate::store::{AccountStore, StoreError, User};
 
 #[async_trait::async_trait]
@@ -213,12 +213,7 @@ impl AccountStore for ThisStore {
 
 /// Runs `sql` once for each of the sign-in throttle's keys, bound as `$1`,
 /// with `at` bound as `$2`.
-async fn for_each_key(
-    tx: &mut sqlx::Transaction<'static, Db>,
-    sql: &str,
-    keys: &[String],
-    at: i64,
-) -> Result<(), StoreError> {
+async fn for_each_key(tx: &mut Tx, sql: &str, keys: &[String], at: i64) -> Result<(), StoreError> {
     for key in keys {
         sqlx::query(sql)
             .bind(key)

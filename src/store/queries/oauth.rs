@@ -2,7 +2,7 @@
 //! Single-use things (codes, refresh tokens) are consumed by one guarded
 //! statement, never found first and deleted after.
 
-use super::{Connections, Db, ThisStore, DATA_MODIFYING_CTES};
+use super::{Connections, Db, ThisStore, Tx, DATA_MODIFYING_CTES};
 use crate::store::{
     App, CodeRecord, CodeUse, Consent, NewApp, NewCode, NewGrant, NewToken, OAuthStore, Presented,
     RefreshUse, RotatedGrant, StoreError, TokenRecord,
@@ -707,10 +707,7 @@ impl OAuthStore for ThisStore {
     }
 }
 
-async fn insert_grant(
-    tx: &mut sqlx::Transaction<'static, Db>,
-    grant: &NewGrant,
-) -> Result<(), StoreError> {
+async fn insert_grant(tx: &mut Tx, grant: &NewGrant) -> Result<(), StoreError> {
     sqlx::query(
         "INSERT INTO oauth_grants (id, user_id, client_id, scopes, flow, created_at) \
          VALUES ($1, $2, $3, $4, $5, $6)",
@@ -726,11 +723,7 @@ async fn insert_grant(
     Ok(())
 }
 
-async fn insert_token(
-    tx: &mut sqlx::Transaction<'static, Db>,
-    grant_id: &str,
-    token: &NewToken,
-) -> Result<(), StoreError> {
+async fn insert_token(tx: &mut Tx, grant_id: &str, token: &NewToken) -> Result<(), StoreError> {
     sqlx::query(
         "INSERT INTO oauth_tokens (digest, grant_id, kind, created_at, expires_at, scopes) \
          VALUES ($1, $2, $3, $4, $5, $6)",
@@ -746,11 +739,7 @@ async fn insert_token(
     Ok(())
 }
 
-async fn revoke_grant(
-    tx: &mut sqlx::Transaction<'static, Db>,
-    grant_id: &str,
-    now: i64,
-) -> Result<(), StoreError> {
+async fn revoke_grant(tx: &mut Tx, grant_id: &str, now: i64) -> Result<(), StoreError> {
     sqlx::query("UPDATE oauth_grants SET revoked_at = $2 WHERE id = $1 AND revoked_at IS NULL")
         .bind(grant_id)
         .bind(now)
@@ -760,11 +749,7 @@ async fn revoke_grant(
 }
 
 /// Revokes every live token issued under a grant.
-async fn revoke_tokens_of(
-    tx: &mut sqlx::Transaction<'static, Db>,
-    grant_id: &str,
-    now: i64,
-) -> Result<(), StoreError> {
+async fn revoke_tokens_of(tx: &mut Tx, grant_id: &str, now: i64) -> Result<(), StoreError> {
     sqlx::query(
         "UPDATE oauth_tokens SET revoked_at = $2 WHERE grant_id = $1 AND revoked_at IS NULL",
     )
