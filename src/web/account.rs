@@ -162,40 +162,41 @@ pub struct ProfileForm {
     about: String,
 }
 
-pub async fn update_profile(
-    Page { state, session }: Page,
-    form: PageForm<ProfileForm>,
-    SignedIn(user): SignedIn,
-) -> Result<HttpResponse, PageError> {
-    let form = form.or_back(&session, PROFILE_FORM, "/account#profile")?;
+/// The profile's fields checked, or the form to show again with a message on
+/// each refused one.
+fn parse_profile(form: &ProfileForm) -> Result<ProfileUpdate, FormState> {
     let mut refused = FormState::with_values(&[
         ("first_name", &form.first_name),
         ("last_name", &form.last_name),
         ("about", &form.about),
     ]);
-    let first_name = accounts::profile_text("first name", Some(&form.first_name), 50)
-        .map_err(|e| refused.error("first_name", sentence(&e.to_string())))
-        .ok();
-    let last_name = accounts::profile_text("last name", Some(&form.last_name), 50)
-        .map_err(|e| refused.error("last_name", sentence(&e.to_string())))
-        .ok();
-    let about = accounts::profile_text("about", Some(&form.about), 500)
-        .map_err(|e| refused.error("about", sentence(&e.to_string())))
-        .ok();
-    let (Some(first_name), Some(last_name), Some(about)) = (first_name, last_name, about) else {
-        return Err(refuse(&session, PROFILE_FORM, &refused, "/account#profile"));
+    let mut checked = |field: &str, label: &'static str, value: &str, max: usize| {
+        accounts::profile_text(label, Some(value), max)
+            .map_err(|e| refused.error(field, sentence(&e.to_string())))
+            .ok()
     };
-    state
-        .store
-        .update_profile(
-            &user.id,
-            &ProfileUpdate {
-                first_name,
-                last_name,
-                about,
-            },
-        )
-        .await?;
+    let first_name = checked("first_name", "first name", &form.first_name, 50);
+    let last_name = checked("last_name", "last name", &form.last_name, 50);
+    let about = checked("about", "about", &form.about, 500);
+    let (Some(first_name), Some(last_name), Some(about)) = (first_name, last_name, about) else {
+        return Err(refused);
+    };
+    Ok(ProfileUpdate {
+        first_name,
+        last_name,
+        about,
+    })
+}
+
+pub async fn update_profile(
+    Page { state, session }: Page,
+    form: PageForm<ProfileForm>,
+    SignedIn(user): SignedIn,
+) -> Result<HttpResponse, PageError> {
+    let profile = form
+        .parse_with(parse_profile)
+        .map_err(|refused| refuse(&session, PROFILE_FORM, &refused, "/account#profile"))?;
+    state.store.update_profile(&user.id, &profile).await?;
     session::flash(&session, "Your profile is saved.");
     Ok(see_other("/account"))
 }
