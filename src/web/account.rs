@@ -8,6 +8,7 @@ use super::view::{links_message, page, see_other, when, LinksWording, PageError}
 use crate::accounts::{self, ChangeContactsError, ContactChange, ContactsChanged};
 use crate::domain::{now_micros, Email, Money, Phone};
 use crate::store::{ConsentRow, ProfileUpdate};
+use actix_session::Session;
 use actix_web::http::StatusCode;
 use actix_web::{HttpRequest, HttpResponse};
 use askama::Template;
@@ -291,6 +292,19 @@ pub async fn update_contacts(
     Ok(see_other("/account"))
 }
 
+/// Back to the revoked thing's `section` of the account page, saying `done`,
+/// or `nothing` when there was nothing left to revoke.
+fn revocation_answer(
+    session: &Session,
+    revoked: bool,
+    done: &str,
+    nothing: &str,
+    section: &str,
+) -> HttpResponse {
+    session::flash(session, if revoked { done } else { nothing });
+    see_other(&format!("/account#{section}"))
+}
+
 /// Ends an app's access: its consents are forgotten and every token it holds
 /// for this user stops working.
 pub async fn revoke_app(
@@ -306,15 +320,13 @@ pub async fn revoke_app(
     let revoked = store
         .revoke_app_for_user(&user.id, &client_id, now_micros())
         .await?;
-    session::flash(
+    Ok(revocation_answer(
         &session,
-        &if revoked {
-            format!("{name} can no longer use your account.")
-        } else {
-            format!("{name} had no access to your account.")
-        },
-    );
-    Ok(see_other("/account#apps"))
+        revoked,
+        &format!("{name} can no longer use your account."),
+        &format!("{name} had no access to your account."),
+        "apps",
+    ))
 }
 
 pub async fn revoke_token(
@@ -326,13 +338,11 @@ pub async fn revoke_token(
         .store
         .revoke_personal_token(&user.id, &grant_id, now_micros())
         .await?;
-    session::flash(
+    Ok(revocation_answer(
         &session,
-        if revoked {
-            "The personal access token is revoked."
-        } else {
-            "That token was already revoked or has expired."
-        },
-    );
-    Ok(see_other("/account#tokens"))
+        revoked,
+        "The personal access token is revoked.",
+        "That token was already revoked or has expired.",
+        "tokens",
+    ))
 }
