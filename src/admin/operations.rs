@@ -212,14 +212,14 @@ pub async fn app_suspend(
     client_id: &str,
     suspended: bool,
 ) -> Result<AppStatus, AdminError> {
-    let app = store
+    store
         .set_app_suspended(client_id.trim(), suspended)
         .await?
-        .ok_or_else(|| AdminError::UnknownApp(client_id.to_owned()))?;
-    Ok(AppStatus {
-        client_id: app.client_id,
-        suspended: app.suspended,
-    })
+        .map(|app| AppStatus {
+            client_id: app.client_id,
+            suspended: app.suspended,
+        })
+        .ok_or_else(|| AdminError::UnknownApp(client_id.to_owned()))
 }
 
 #[derive(Debug, Serialize)]

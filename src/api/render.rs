@@ -74,7 +74,7 @@ impl From<&User> for UserView {
 #[derive(Serialize)]
 pub struct TargetView {
     #[serde(rename = "type")]
-    pub kind: String,
+    pub kind: &'static str,
     pub email: Option<String>,
     pub phone: Option<String>,
     pub user: Option<UserView>,
@@ -83,11 +83,11 @@ pub struct TargetView {
 #[derive(Serialize)]
 pub struct PaymentView {
     pub id: String,
-    pub status: String,
-    pub action: String,
+    pub status: &'static str,
+    pub action: &'static str,
     pub amount: Money,
     pub note: String,
-    pub audience: String,
+    pub audience: &'static str,
     pub date_created: String,
     pub date_completed: Option<String>,
     pub actor: Option<UserView>,
@@ -95,7 +95,7 @@ pub struct PaymentView {
     /// Tally charges no fees.
     pub fee: Option<Money>,
     pub refund: Option<Box<PaymentView>>,
-    pub medium: String,
+    pub medium: &'static str,
 }
 
 /// The users and refunds a set of payments mentions, loaded in two queries.
@@ -168,16 +168,16 @@ impl Related {
         };
         PaymentView {
             id: p.id.clone(),
-            status: p.status.as_str().to_owned(),
-            action: p.action.as_str().to_owned(),
+            status: p.status.as_str(),
+            action: p.action.as_str(),
             amount: Money::from_cents(p.amount_cents),
             note: p.note.clone(),
-            audience: p.audience.as_str().to_owned(),
+            audience: p.audience.as_str(),
             date_created: format_datetime(p.date_created),
             date_completed: p.date_completed.map(format_datetime),
             actor: self.user(p.actor_id.as_ref()),
             target: TargetView {
-                kind: p.target_type.as_str().to_owned(),
+                kind: p.target_type.as_str(),
                 email,
                 phone,
                 user: target_user,
@@ -188,7 +188,7 @@ impl Related {
                 .as_ref()
                 .and_then(|id| self.refunds.get(id))
                 .map(|r| Box::new(self.view(r))),
-            medium: p.medium.as_str().to_owned(),
+            medium: p.medium.as_str(),
         }
     }
 }

@@ -9,7 +9,8 @@ use super::ApiError;
 use crate::domain::{Email, Money, Phone, Scope};
 use crate::state::AppState;
 use crate::store::{User, UserKey, UserSearch};
-use actix_web::{web, HttpRequest, HttpResponse};
+use actix_web::dev::Payload;
+use actix_web::{web, FromRequest, HttpRequest, HttpResponse};
 use serde::Serialize;
 
 #[derive(Serialize)]
@@ -61,8 +62,17 @@ pub async fn me(found: PrincipalWithFriendsCount) -> Result<HttpResponse, ApiErr
     }))
 }
 
-fn user_id(req: &HttpRequest) -> &str {
-    req.match_info().get("user_id").unwrap_or("")
+/// The `{user_id}` of the path, as matched (empty if the route has none).
+pub struct UserId(String);
+
+impl FromRequest for UserId {
+    type Error = ApiError;
+    type Future = std::future::Ready<Result<Self, ApiError>>;
+
+    fn from_request(req: &HttpRequest, _payload: &mut Payload) -> Self::Future {
+        let id = req.match_info().get("user_id").unwrap_or("");
+        std::future::ready(Ok(Self(id.to_owned())))
+    }
 }
 
 async fn existing_user(state: &AppState, id: &str) -> Result<User, ApiError> {
@@ -77,15 +87,14 @@ async fn existing_user(state: &AppState, id: &str) -> Result<User, ApiError> {
 pub async fn show(
     state: web::Data<AppState>,
     principal: Principal,
-    req: HttpRequest,
+    UserId(id): UserId,
 ) -> Result<HttpResponse, ApiError> {
     principal.require(Scope::AccessProfile)?;
-    let id = user_id(&req);
     // The token owner's row came with the token.
     if id == principal.user.id {
         return Ok(render::ok(UserView::from(&principal.user)));
     }
-    let user = existing_user(&state, id).await?;
+    let user = existing_user(&state, &id).await?;
     Ok(render::ok(UserView::from(&user)))
 }
 
@@ -151,17 +160,16 @@ pub async fn friends(
     state: web::Data<AppState>,
     principal: Principal,
     params: Params,
-    req: HttpRequest,
+    UserId(id): UserId,
 ) -> Result<HttpResponse, ApiError> {
     principal.require(Scope::AccessFriends)?;
-    let id = user_id(&req);
     let limit = query::limit(&params)?;
     let after = given(&params, "after")?.map(str::trim);
-    let mut friends = state.store.list_friends(id, after, limit + 1).await?;
+    let mut friends = state.store.list_friends(&id, after, limit + 1).await?;
     // A friend proves the user exists (friendships name users); only an empty
     // page needs to ask, and not for the token owner, read with the token.
     if friends.is_empty() && id != principal.user.id {
-        existing_user(&state, id).await?;
+        existing_user(&state, &id).await?;
     }
     let next = query::end_of_page(&mut friends, limit).map(|last| {
         query::page_url(

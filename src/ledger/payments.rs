@@ -8,8 +8,9 @@ use crate::domain::{
     PaymentStatus, Phone, TargetType,
 };
 use crate::store::{
-    accounts, DuePayment, EntryKind, IdempotencyKey, InsertOutcome, Move, Movement, Payment,
-    PaymentInsert, Settlement, Store, StoreError, Transition, TransitionOutcome, User, UserKey,
+    accounts, Claimant, DuePayment, EntryKind, IdempotencyKey, InsertOutcome, Move, Movement,
+    Payment, PaymentInsert, Settlement, Store, StoreError, Transition, TransitionOutcome, User,
+    UserKey,
 };
 use sha2::{Digest, Sha256};
 use std::time::Duration;
@@ -353,10 +354,7 @@ async fn replayed_update(
     store: &dyn Store,
     key: &IdempotencyKey,
 ) -> Result<Option<Updated>, UpdateError> {
-    let Some(stored) = store
-        .find_idempotency_key(&key.owner_id, &key.key, key.expired_before)
-        .await?
-    else {
+    let Some(stored) = store.find_idempotency_key(key).await? else {
         return Ok(None);
     };
     let payment_id = match stored.payment_id {
@@ -671,7 +669,10 @@ async fn apply_due(store: &dyn Store, mut transition: Transition) -> Result<usiz
 /// Call it whenever an e-mail or phone becomes verified on an account.
 #[tracing::instrument(skip_all, fields(user = %user.id))]
 pub async fn claim(store: &dyn Store, user: &User, now: i64) -> Result<u64, StoreError> {
-    let email = user.email.as_deref().filter(|_| user.email_verified);
-    let phone = user.phone.as_deref().filter(|_| user.phone_verified);
-    store.claim_payments(&user.id, email, phone, now).await
+    let claimant = Claimant {
+        user_id: &user.id,
+        email: user.email.as_deref().filter(|_| user.email_verified),
+        phone: user.phone.as_deref().filter(|_| user.phone_verified),
+    };
+    store.claim_payments(claimant, now).await
 }

@@ -6,7 +6,7 @@ use super::tokens::{self, CLIENT_SIDE_TTL};
 use crate::domain::{
     has_forbidden_control, micros, new_id, now_micros, Lines, RedirectUrl, ScopeError, ScopeSet,
 };
-use crate::store::{App, NewCode, NewGrant, Store, StoreError};
+use crate::store::{App, Consent, NewCode, NewGrant, Store, StoreError};
 use std::time::Duration;
 use url::Url;
 
@@ -329,14 +329,20 @@ pub async fn needs_consent(
     if request.force_consent {
         return Ok(true);
     }
+    let scopes = request.scopes.to_string();
     Ok(!store
-        .has_consent(
-            user_id,
-            &request.app.client_id,
-            &request.scopes.to_string(),
-            request.flow.response_type(),
-        )
+        .has_consent(consent(user_id, request, &scopes))
         .await?)
+}
+
+/// The consent `request` asks of the user; `scopes` is its scope set as text.
+fn consent<'a>(user_id: &'a str, request: &'a ValidRequest, scopes: &'a str) -> Consent<'a> {
+    Consent {
+        user_id,
+        client_id: &request.app.client_id,
+        scopes,
+        response_type: request.flow.response_type(),
+    }
 }
 
 /// The user allowed: remember it, issue a token or a code, and build the
@@ -351,13 +357,7 @@ pub async fn approve(
     let now = now_micros();
     let scopes = request.scopes.to_string();
     store
-        .insert_consent(
-            user_id,
-            &request.app.client_id,
-            &scopes,
-            request.flow.response_type(),
-            now,
-        )
+        .insert_consent(consent(user_id, request, &scopes), now)
         .await?;
     let mut redirect = request.redirect.clone();
     match request.flow {

@@ -6,7 +6,8 @@ use super::credentials::{self, IssuedCredential};
 use super::tokens::{self, REFRESH_TTL, SERVER_SIDE_TTL};
 use crate::domain::{now_micros, ScopeSet};
 use crate::store::{
-    App, CodeRecord, CodeUse, NewToken, RefreshUse, Store, StoreError, TokenKind, User, UserKey,
+    App, CodeRecord, CodeUse, NewToken, Presented, RefreshUse, Store, StoreError, TokenKind, User,
+    UserKey,
 };
 use base64::Engine;
 use sha2::{Digest, Sha256};
@@ -53,14 +54,13 @@ pub async fn exchange(
         } => {
             let check =
                 |record: &CodeRecord| check_code(record, now, &redirect_uri, &code_verifier);
+            let code = Presented {
+                digest: &credentials::digest(&code),
+                client_id: &app.client_id,
+                now,
+            };
             match store
-                .exchange_code(
-                    &credentials::digest(&code),
-                    &app.client_id,
-                    now,
-                    &check,
-                    &[access_row, refresh_row],
-                )
+                .exchange_code(code, &check, &[access_row, refresh_row])
                 .await?
             {
                 CodeUse::Issued(record) => (record.user_id, record.scopes, None),
@@ -93,14 +93,16 @@ pub async fn exchange(
                 ..access_row
             };
             let digest = credentials::digest(&refresh_token);
+            let presented = Presented {
+                digest: &digest,
+                client_id: &app.client_id,
+                now,
+            };
             if let Some(requested) = &scope {
                 // Compared only for a token the rotation would spend, so a
                 // foreign or dead one gets the same invalid_grant as without a
                 // scope, learning nothing; a refused request leaves it usable.
-                if let Some(granted) = store
-                    .live_refresh_token_scopes(&digest, &app.client_id, now)
-                    .await?
-                {
+                if let Some(granted) = store.live_refresh_token_scopes(presented).await? {
                     let granted = ScopeSet::parse(&granted).map_err(|e| {
                         StoreError::Unexpected(anyhow::anyhow!("stored scopes unreadable: {e}"))
                     })?;
@@ -112,7 +114,7 @@ pub async fn exchange(
                 }
             }
             match store
-                .rotate_refresh_token(&digest, &app.client_id, now, &[access_row, refresh_row])
+                .rotate_refresh_token(presented, &[access_row, refresh_row])
                 .await?
             {
                 RefreshUse::Rotated(grant) => (

@@ -20,8 +20,9 @@ pub use models::{
     UserFlags,
 };
 pub use oauth::{
-    CodeCheck, CodeRecord, CodeUse, ConsentRow, Grant, IntrospectingClient, NewCode, NewGrant,
-    NewToken, PersonalToken, RefreshUse, RotatedGrant, SigninDecision, TokenKind, TokenRecord,
+    CodeCheck, CodeRecord, CodeUse, Consent, ConsentRow, Grant, IntrospectingClient, NewCode,
+    NewGrant, NewReveal, NewToken, PersonalToken, Presented, RefreshUse, RotatedGrant,
+    SigninDecision, TokenKind, TokenRecord,
 };
 pub use payments::{
     DuePayment, IdempotencyKey, InsertOutcome, Move, Payment, PaymentFilter, PaymentInsert,
@@ -29,7 +30,7 @@ pub use payments::{
 };
 pub use postgres::PgStore;
 pub use sqlite::{SqliteStore, PAGE_LIMIT_FILE_VARIABLE as SQLITE_PAGE_LIMIT_FILE_VARIABLE};
-pub use traits::{AccountStore, OAuthStore, PaymentStore, Store, UserKey, UserStore};
+pub use traits::{AccountStore, Claimant, OAuthStore, PaymentStore, Store, UserKey, UserStore};
 pub use verification::{Channel, NewVerification, SendLimits};
 
 use crate::config::DatabaseUrl;

@@ -4,6 +4,34 @@
 
 use super::User;
 
+/// A single-use credential (a code or a refresh token) as an app presents it:
+/// its digest, the app, and the moment.
+#[derive(Debug, Clone, Copy)]
+pub struct Presented<'a> {
+    pub digest: &'a str,
+    pub client_id: &'a str,
+    pub now: i64,
+}
+
+/// A secret sealed for its single showing to its user.
+#[derive(Debug, Clone)]
+pub struct NewReveal {
+    pub id: String,
+    pub user_id: String,
+    pub sealed: String,
+    pub created_at: i64,
+}
+
+/// A user's consent to an app: remembered per exact scope set and response
+/// type (`token` or `code`).
+#[derive(Debug, Clone, Copy)]
+pub struct Consent<'a> {
+    pub user_id: &'a str,
+    pub client_id: &'a str,
+    pub scopes: &'a str,
+    pub response_type: &'a str,
+}
+
 /// One authorization of an app by a user, the family of every token issued
 /// under it.
 #[derive(Debug, Clone)]

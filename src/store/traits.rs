@@ -4,11 +4,12 @@
 //! `queries/mod.rs`).
 
 use super::{
-    App, AppUpdate, AuditChunk, AuditSnapshot, CodeCheck, CodeUse, ConsentRow, DuePayment,
-    InsertOutcome, IntrospectingClient, Movement, NewApp, NewCode, NewGrant, NewToken, NewUser,
-    NewVerification, Payment, PaymentFilter, PaymentInsert, PersonalToken, ProfileUpdate,
-    RefreshUse, Retention, SendLimits, Settlement, SigninDecision, StoreError,
-    StoredIdempotencyKey, TokenRecord, Transition, TransitionOutcome, User, UserFlags, UserSearch,
+    App, AppUpdate, AuditChunk, AuditSnapshot, CodeCheck, CodeUse, Consent, ConsentRow, DuePayment,
+    IdempotencyKey, InsertOutcome, IntrospectingClient, Movement, NewApp, NewCode, NewGrant,
+    NewReveal, NewToken, NewUser, NewVerification, Payment, PaymentFilter, PaymentInsert,
+    PersonalToken, Presented, ProfileUpdate, RefreshUse, Retention, SendLimits, Settlement,
+    SigninDecision, StoreError, StoredIdempotencyKey, TokenRecord, Transition, TransitionOutcome,
+    User, UserFlags, UserSearch,
 };
 use async_trait::async_trait;
 
@@ -20,6 +21,14 @@ pub enum UserKey<'a> {
     Username(&'a str),
     Email(&'a str),
     Phone(&'a str),
+}
+
+/// An account and its addresses that claim pending payments: those verified.
+#[derive(Debug, Clone, Copy)]
+pub struct Claimant<'a> {
+    pub user_id: &'a str,
+    pub email: Option<&'a str>,
+    pub phone: Option<&'a str>,
 }
 
 /// Everything the service stores, and the database itself.
@@ -201,14 +210,8 @@ pub trait OAuthStore: Send + Sync {
         digest: &str,
     ) -> Result<bool, StoreError>;
 
-    /// Keeps a sealed secret of `user_id` for its single showing.
-    async fn insert_reveal(
-        &self,
-        id: &str,
-        user_id: &str,
-        sealed: &str,
-        now: i64,
-    ) -> Result<(), StoreError>;
+    /// Keeps a sealed secret for its single showing.
+    async fn insert_reveal(&self, reveal: &NewReveal) -> Result<(), StoreError>;
 
     /// Takes the sealed secret out (it is deleted: a second call finds nothing),
     /// if it is `user_id`'s and was kept at or after `not_before`.
@@ -219,24 +222,11 @@ pub trait OAuthStore: Send + Sync {
         not_before: i64,
     ) -> Result<Option<String>, StoreError>;
 
-    /// Whether the user allowed the app these exact scopes for this response
-    /// type (`token` or `code`).
-    async fn has_consent(
-        &self,
-        user_id: &str,
-        client_id: &str,
-        scopes: &str,
-        response_type: &str,
-    ) -> Result<bool, StoreError>;
+    /// Whether the user gave this consent (these exact scopes, this response
+    /// type).
+    async fn has_consent(&self, consent: Consent<'_>) -> Result<bool, StoreError>;
 
-    async fn insert_consent(
-        &self,
-        user_id: &str,
-        client_id: &str,
-        scopes: &str,
-        response_type: &str,
-        at: i64,
-    ) -> Result<(), StoreError>;
+    async fn insert_consent(&self, consent: Consent<'_>, at: i64) -> Result<(), StoreError>;
 
     /// The user's remembered consents with their apps, newest first.
     async fn consents_of_user(&self, user_id: &str) -> Result<Vec<ConsentRow>, StoreError>;
@@ -264,36 +254,31 @@ pub trait OAuthStore: Send + Sync {
         code: &NewCode,
     ) -> Result<(), StoreError>;
 
-    /// Spends a code of `client_id` and, if `check` passes and its grant is
-    /// still live, stores `tokens` under that grant: one transaction, so of
-    /// simultaneous exchanges exactly one is first. A replay revokes the grant.
+    /// Spends a code of the presenting app and, if `check` passes and its
+    /// grant is still live, stores `tokens` under that grant: one transaction,
+    /// so of simultaneous exchanges exactly one is first. A replay revokes the
+    /// grant.
     async fn exchange_code(
         &self,
-        digest: &str,
-        client_id: &str,
-        now: i64,
+        code: Presented<'_>,
         check: CodeCheck<'_>,
         tokens: &[NewToken],
     ) -> Result<CodeUse, StoreError>;
 
-    /// Spends a refresh token of `client_id` and stores its successors, in one
-    /// transaction. A replay of a spent refresh token revokes its family.
+    /// Spends a refresh token of the presenting app and stores its successors,
+    /// in one transaction. A replay of a spent refresh token revokes its family.
     async fn rotate_refresh_token(
         &self,
-        digest: &str,
-        client_id: &str,
-        now: i64,
+        token: Presented<'_>,
         successors: &[NewToken],
     ) -> Result<RefreshUse, StoreError>;
 
     /// The scopes of the grant behind a refresh token that `rotate_refresh_token`
-    /// would spend (of `client_id`, unspent, unrevoked, unexpired, its grant
-    /// live); `None` for any other token, so nothing is learnt of those.
+    /// would spend (of the presenting app, unspent, unrevoked, unexpired, its
+    /// grant live); `None` for any other token, so nothing is learnt of those.
     async fn live_refresh_token_scopes(
         &self,
-        digest: &str,
-        client_id: &str,
-        now: i64,
+        token: Presented<'_>,
     ) -> Result<Option<String>, StoreError>;
 
     async fn find_token(&self, digest: &str) -> Result<Option<TokenRecord>, StoreError>;
@@ -374,12 +359,11 @@ pub trait PaymentStore: Send + Sync {
 
     async fn find_payments(&self, ids: &[String]) -> Result<Vec<Payment>, StoreError>;
 
-    /// The owner's key, unless it was created before `created_since`.
+    /// What was stored under the owner's key, unless the key was created
+    /// before its `expired_before`.
     async fn find_idempotency_key(
         &self,
-        owner_id: &str,
-        key: &str,
-        created_since: i64,
+        key: &IdempotencyKey,
     ) -> Result<Option<StoredIdempotencyKey>, StoreError>;
 
     async fn list_payments(&self, filter: &PaymentFilter) -> Result<Vec<Payment>, StoreError>;
@@ -393,15 +377,9 @@ pub trait PaymentStore: Send + Sync {
         limit: i64,
     ) -> Result<Vec<DuePayment>, StoreError>;
 
-    /// Points pending payments to this e-mail or phone at the user (unless the
-    /// user made them), as of `now`. Returns how many were claimed.
-    async fn claim_payments(
-        &self,
-        user_id: &str,
-        email: Option<&str>,
-        phone: Option<&str>,
-        now: i64,
-    ) -> Result<u64, StoreError>;
+    /// Points pending payments to the claimant's e-mail or phone at the user
+    /// (unless the user made them), as of `now`. Returns how many were claimed.
+    async fn claim_payments(&self, claimant: Claimant<'_>, now: i64) -> Result<u64, StoreError>;
 
     /// Records money arriving from outside: credits the user and writes both
     /// ledger entries in one transaction. Returns the new balance in cents.

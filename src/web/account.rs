@@ -2,16 +2,15 @@
 //! the personal access tokens, each revocable.
 
 use super::forms::{self, refuse, sentence, FormState, PageForm, PathId};
-use super::session::{self, SignedIn};
+use super::session::{self, Page, SignedIn};
 use super::signin::client_ip;
 use super::view::{links_message, page, see_other, when, LinksWording, PageError};
 use crate::accounts::{self, ChangeContactsError, ContactChange, ContactsChanged};
 use crate::domain::{now_micros, Email, Money, Phone};
-use crate::state::AppState;
 use crate::store::{ConsentRow, ProfileUpdate};
 use actix_session::Session;
 use actix_web::http::StatusCode;
-use actix_web::{web, HttpRequest, HttpResponse};
+use actix_web::{HttpRequest, HttpResponse};
 use askama::Template;
 use serde::Deserialize;
 
@@ -83,8 +82,7 @@ struct AccountPage {
 }
 
 pub async fn show(
-    state: web::Data<AppState>,
-    session: Session,
+    Page { state, session }: Page,
     SignedIn(user): SignedIn,
 ) -> Result<HttpResponse, PageError> {
     let store = state.store.as_ref();
@@ -165,41 +163,41 @@ pub struct ProfileForm {
     about: String,
 }
 
-pub async fn update_profile(
-    state: web::Data<AppState>,
-    session: Session,
-    form: PageForm<ProfileForm>,
-    SignedIn(user): SignedIn,
-) -> Result<HttpResponse, PageError> {
-    let form = form.or_back(&session, PROFILE_FORM, "/account#profile")?;
+/// The profile's fields checked, or the form to show again with a message on
+/// each refused one.
+fn parse_profile(form: &ProfileForm) -> Result<ProfileUpdate, FormState> {
     let mut refused = FormState::with_values(&[
         ("first_name", &form.first_name),
         ("last_name", &form.last_name),
         ("about", &form.about),
     ]);
-    let first_name = accounts::profile_text("first name", Some(&form.first_name), 50)
-        .map_err(|e| refused.error("first_name", sentence(&e.to_string())))
-        .ok();
-    let last_name = accounts::profile_text("last name", Some(&form.last_name), 50)
-        .map_err(|e| refused.error("last_name", sentence(&e.to_string())))
-        .ok();
-    let about = accounts::profile_text("about", Some(&form.about), 500)
-        .map_err(|e| refused.error("about", sentence(&e.to_string())))
-        .ok();
-    let (Some(first_name), Some(last_name), Some(about)) = (first_name, last_name, about) else {
-        return Err(refuse(&session, PROFILE_FORM, &refused, "/account#profile"));
+    let mut checked = |field: &str, label: &'static str, value: &str, max: usize| {
+        accounts::profile_text(label, Some(value), max)
+            .map_err(|e| refused.error(field, sentence(&e.to_string())))
+            .ok()
     };
-    state
-        .store
-        .update_profile(
-            &user.id,
-            &ProfileUpdate {
-                first_name,
-                last_name,
-                about,
-            },
-        )
-        .await?;
+    let first_name = checked("first_name", "first name", &form.first_name, 50);
+    let last_name = checked("last_name", "last name", &form.last_name, 50);
+    let about = checked("about", "about", &form.about, 500);
+    let (Some(first_name), Some(last_name), Some(about)) = (first_name, last_name, about) else {
+        return Err(refused);
+    };
+    Ok(ProfileUpdate {
+        first_name,
+        last_name,
+        about,
+    })
+}
+
+pub async fn update_profile(
+    Page { state, session }: Page,
+    form: PageForm<ProfileForm>,
+    SignedIn(user): SignedIn,
+) -> Result<HttpResponse, PageError> {
+    let profile = form
+        .parse_with(parse_profile)
+        .map_err(|refused| refuse(&session, PROFILE_FORM, &refused, "/account#profile"))?;
+    state.store.update_profile(&user.id, &profile).await?;
     session::flash(&session, "Your profile is saved.");
     Ok(see_other("/account"))
 }
@@ -235,8 +233,7 @@ fn parse_contacts(form: &ContactForm, refused: &mut FormState) -> Option<(Email,
 /// `accounts::change_contacts` once the password is confirmed.
 pub async fn update_contacts(
     req: HttpRequest,
-    state: web::Data<AppState>,
-    session: Session,
+    Page { state, session }: Page,
     form: PageForm<ContactForm>,
     SignedIn(user): SignedIn,
 ) -> Result<HttpResponse, PageError> {
@@ -295,37 +292,45 @@ pub async fn update_contacts(
     Ok(see_other("/account"))
 }
 
+/// Back to the revoked thing's `section` of the account page, saying `done`,
+/// or `nothing` when there was nothing left to revoke.
+fn revocation_answer(
+    session: &Session,
+    revoked: bool,
+    done: &str,
+    nothing: &str,
+    section: &str,
+) -> HttpResponse {
+    session::flash(session, if revoked { done } else { nothing });
+    see_other(&format!("/account#{section}"))
+}
+
 /// Ends an app's access: its consents are forgotten and every token it holds
 /// for this user stops working.
 pub async fn revoke_app(
-    state: web::Data<AppState>,
-    session: Session,
+    Page { state, session }: Page,
     PathId(client_id): PathId,
     SignedIn(user): SignedIn,
 ) -> Result<HttpResponse, PageError> {
-    let name = state
-        .store
+    let store = state.store.as_ref();
+    let name = store
         .find_app(&client_id)
         .await?
         .map_or_else(|| "The app".to_owned(), |a| a.name);
-    let revoked = state
-        .store
+    let revoked = store
         .revoke_app_for_user(&user.id, &client_id, now_micros())
         .await?;
-    session::flash(
+    Ok(revocation_answer(
         &session,
-        &if revoked {
-            format!("{name} can no longer use your account.")
-        } else {
-            format!("{name} had no access to your account.")
-        },
-    );
-    Ok(see_other("/account#apps"))
+        revoked,
+        &format!("{name} can no longer use your account."),
+        &format!("{name} had no access to your account."),
+        "apps",
+    ))
 }
 
 pub async fn revoke_token(
-    state: web::Data<AppState>,
-    session: Session,
+    Page { state, session }: Page,
     PathId(grant_id): PathId,
     SignedIn(user): SignedIn,
 ) -> Result<HttpResponse, PageError> {
@@ -333,13 +338,11 @@ pub async fn revoke_token(
         .store
         .revoke_personal_token(&user.id, &grant_id, now_micros())
         .await?;
-    session::flash(
+    Ok(revocation_answer(
         &session,
-        if revoked {
-            "The personal access token is revoked."
-        } else {
-            "That token was already revoked or has expired."
-        },
-    );
-    Ok(see_other("/account#tokens"))
+        revoked,
+        "The personal access token is revoked.",
+        "That token was already revoked or has expired.",
+        "tokens",
+    ))
 }

@@ -2,12 +2,11 @@
 //! to the app. The decisions are `oauth::authorize`'s; this shows them.
 
 use super::forms::FormFields;
-use super::session::{self, CurrentUser};
+use super::session::{self, CurrentUser, Page};
 use super::signin::sign_in_page;
 use super::view::{page, see_other, with_form_target, PageError};
 use crate::oauth::authorize::{self, AuthorizeParams, ValidRequest, Validation};
 use crate::state::AppState;
-use actix_session::Session;
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
 use askama::Template;
@@ -50,8 +49,7 @@ async fn validated(state: &AppState, params: &AuthorizeParams) -> Result<Checked
 
 pub async fn show(
     req: HttpRequest,
-    state: web::Data<AppState>,
-    session: Session,
+    Page { state, session }: Page,
     CurrentUser(user): CurrentUser,
 ) -> Result<HttpResponse, PageError> {
     // Read as sent, so a repeated parameter is seen rather than overwritten.

@@ -3,7 +3,7 @@
 
 use super::forms::{self, PageForm, PathId};
 use super::reveal::{self, OnceSecret};
-use super::session::{self, Developer, SignedIn};
+use super::session::{self, Developer, Page, SignedIn};
 use super::view::{page, see_other, when, PageError};
 use crate::config::DeveloperSignup;
 use crate::domain::{Scope, ScopeSet};
@@ -12,9 +12,8 @@ use crate::oauth::credentials::{self, CredentialKind};
 use crate::oauth::tokens;
 use crate::state::AppState;
 use crate::store::{App, AppUpdate, User};
-use actix_session::Session;
 use actix_web::http::StatusCode;
-use actix_web::{web, HttpRequest, HttpResponse};
+use actix_web::{HttpRequest, HttpResponse};
 use askama::Template;
 use secrecy::ExposeSecret;
 use serde::Deserialize;
@@ -54,8 +53,7 @@ struct DeveloperPage {
 
 pub async fn show(
     req: HttpRequest,
-    state: web::Data<AppState>,
-    session: Session,
+    Page { state, session }: Page,
     SignedIn(user): SignedIn,
 ) -> Result<HttpResponse, PageError> {
     let apps = if user.verified {
@@ -155,8 +153,7 @@ fn parse_app(form: &AppForm) -> Result<AppDetails, forms::FormState> {
 }
 
 pub async fn create_app(
-    state: web::Data<AppState>,
-    session: Session,
+    Page { state, session }: Page,
     form: PageForm<AppForm>,
     Developer(user): Developer,
 ) -> Result<HttpResponse, PageError> {
@@ -211,8 +208,7 @@ struct AppPage {
 
 pub async fn show_app(
     req: HttpRequest,
-    state: web::Data<AppState>,
-    session: Session,
+    Page { state, session }: Page,
     PathId(client_id): PathId,
     Developer(user): Developer,
 ) -> Result<HttpResponse, PageError> {
@@ -248,8 +244,7 @@ pub async fn show_app(
 }
 
 pub async fn update_app(
-    state: web::Data<AppState>,
-    session: Session,
+    Page { state, session }: Page,
     form: PageForm<AppForm>,
     PathId(client_id): PathId,
     Developer(user): Developer,
@@ -278,8 +273,7 @@ pub async fn update_app(
 
 /// A new client secret, shown once; the old one stops working at once.
 pub async fn rotate_secret(
-    state: web::Data<AppState>,
-    session: Session,
+    Page { state, session }: Page,
     PathId(client_id): PathId,
     Developer(user): Developer,
 ) -> Result<HttpResponse, PageError> {
@@ -311,8 +305,7 @@ pub async fn rotate_secret(
 
 /// A personal access token for one's own account (SPEC §8), shown once.
 pub async fn personal_token(
-    state: web::Data<AppState>,
-    session: Session,
+    Page { state, session }: Page,
     Developer(user): Developer,
 ) -> Result<HttpResponse, PageError> {
     let scopes = ScopeSet::from_scopes(personal_scopes());

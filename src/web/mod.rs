@@ -42,50 +42,41 @@ pub fn configure(cfg: &mut web::ServiceConfig, extra: ExtraPages) {
         );
 }
 
+/// Registers page routes written one a line, `method "path" => handler`, each
+/// as its own `cfg.route` (so another method on a page's path falls through to
+/// `not_found`, like any unknown path).
+macro_rules! page_routes {
+    ($cfg:ident, $($method:ident $path:literal => $handler:path),+ $(,)?) => {
+        $($cfg.route($path, web::$method().to($handler));)+
+    };
+}
+
 fn page_routes(cfg: &mut web::ServiceConfig) {
-    cfg.route("/signin", web::get().to(signin::show))
-        .route("/signin", web::post().to(signin::submit))
-        .route("/signout", web::post().to(signin::sign_out))
-        .route("/signup", web::get().to(signup::show))
-        .route("/signup", web::post().to(signup::submit))
-        .route("/verify", web::get().to(signup::verify_page))
-        .route("/verify", web::post().to(signup::verify))
-        .route("/account", web::get().to(account::show))
-        .route("/account/profile", web::post().to(account::update_profile))
-        .route("/account/contact", web::post().to(account::update_contacts))
-        .route("/account/payments", web::post().to(payments::send))
-        .route(
-            "/account/payments/{payment_id}",
-            web::post().to(payments::answer),
-        )
-        .route("/account/verification", web::post().to(signup::resend))
-        .route(
-            "/account/apps/{client_id}/revoke",
-            web::post().to(account::revoke_app),
-        )
-        .route(
-            "/account/tokens/{grant_id}/revoke",
-            web::post().to(account::revoke_token),
-        )
-        .route("/developer", web::get().to(developer::show))
-        .route("/developer/apps", web::post().to(developer::create_app))
-        .route(
-            "/developer/apps/{client_id}",
-            web::get().to(developer::show_app),
-        )
-        .route(
-            "/developer/apps/{client_id}",
-            web::post().to(developer::update_app),
-        )
-        .route(
-            "/developer/apps/{client_id}/secret",
-            web::post().to(developer::rotate_secret),
-        )
-        .route(
-            "/developer/token",
-            web::post().to(developer::personal_token),
-        )
-        .route("/demo/callback", web::get().to(demo::callback));
+    page_routes! {
+        cfg,
+        get "/signin" => signin::show,
+        post "/signin" => signin::submit,
+        post "/signout" => signin::sign_out,
+        get "/signup" => signup::show,
+        post "/signup" => signup::submit,
+        get "/verify" => signup::verify_page,
+        post "/verify" => signup::verify,
+        get "/account" => account::show,
+        post "/account/profile" => account::update_profile,
+        post "/account/contact" => account::update_contacts,
+        post "/account/payments" => payments::send,
+        post "/account/payments/{payment_id}" => payments::answer,
+        post "/account/verification" => signup::resend,
+        post "/account/apps/{client_id}/revoke" => account::revoke_app,
+        post "/account/tokens/{grant_id}/revoke" => account::revoke_token,
+        get "/developer" => developer::show,
+        post "/developer/apps" => developer::create_app,
+        get "/developer/apps/{client_id}" => developer::show_app,
+        post "/developer/apps/{client_id}" => developer::update_app,
+        post "/developer/apps/{client_id}/secret" => developer::rotate_secret,
+        post "/developer/token" => developer::personal_token,
+        get "/demo/callback" => demo::callback,
+    }
 }
 
 /// The authorization server's page under `/v1/oauth` (startup registers it in

@@ -3,17 +3,15 @@
 //! as the API; these payments carry `medium: web`.
 
 use super::forms::{refuse, sentence, FormState, PageForm, PathId};
-use super::session::{self, SignedIn};
+use super::session::{self, Page, SignedIn};
 use super::view::{see_other, when, PageError};
 use crate::domain::{
     now_micros, Amount, Audience, Email, Medium, Money, Note, PaymentAction, PaymentStatus, Phone,
     Username,
 };
 use crate::ledger::payments::{self as rules, CreateError, PaymentRequest, TargetAddress, Update};
-use crate::state::AppState;
 use crate::store::{Payment, PaymentFilter, Store, StoreError, User, UserKey};
-use actix_session::Session;
-use actix_web::{web, HttpResponse};
+use actix_web::HttpResponse;
 use serde::Deserialize;
 use std::collections::HashMap;
 
@@ -132,8 +130,7 @@ async fn recipient(store: &dyn Store, to: &str) -> Result<TargetAddress, String>
 /// `POST /account/payments`: pays or requests money; the answer is the account
 /// page, with the refused fields and their messages if any.
 pub async fn send(
-    state: web::Data<AppState>,
-    session: Session,
+    Page { state, session }: Page,
     form: PageForm<PayForm>,
     SignedIn(user): SignedIn,
 ) -> Result<HttpResponse, PageError> {
@@ -220,8 +217,7 @@ pub struct AnswerForm {
 
 /// `POST /account/payments/{id}`: approve, deny or cancel a pending payment.
 pub async fn answer(
-    state: web::Data<AppState>,
-    session: Session,
+    Page { state, session }: Page,
     form: PageForm<AnswerForm>,
     PathId(payment_id): PathId,
     SignedIn(user): SignedIn,

@@ -8,6 +8,7 @@ use super::view::{HeadRequest, PageError};
 use crate::domain::now_micros;
 use crate::oauth::credentials;
 use crate::state::AppState;
+use crate::store::NewReveal;
 use actix_session::Session;
 use actix_web::{HttpMessage, HttpRequest};
 use aes_gcm::aead::{Aead, KeyInit};
@@ -64,7 +65,12 @@ pub async fn show_once(
     let id = credentials::random_hex(16);
     state
         .store
-        .insert_reveal(&id, user_id, &hex::encode(sealed), now_micros())
+        .insert_reveal(&NewReveal {
+            id: id.clone(),
+            user_id: user_id.to_owned(),
+            sealed: hex::encode(sealed),
+            created_at: now_micros(),
+        })
         .await?;
     session
         .insert(

@@ -1,7 +1,8 @@
 //! The browser session: an encrypted, signed cookie (`HttpOnly`, `SameSite=Lax`,
 //! `Secure` under HTTPS) holding the signed-in user and the CSRF token; and the
 //! extractors through which page handlers get the user ([`SignedIn`],
-//! [`Developer`], [`CurrentUser`]), so none checks a sign-in by hand.
+//! [`Developer`], [`CurrentUser`]), so none checks a sign-in by hand, and the
+//! state with the session ([`Page`]).
 
 use super::view::PageError;
 use crate::domain::now_micros;
@@ -196,6 +197,29 @@ fn return_path(req: &HttpRequest) -> String {
         ["", "developer", "apps", client_id, ..] => format!("/developer/apps/{client_id}"),
         ["", first, ..] => format!("/{first}"),
         _ => path.to_owned(),
+    }
+}
+
+/// What most page handlers work with: the application state and the browser
+/// session, taken together (`Page { state, session }: Page`).
+pub struct Page {
+    pub state: web::Data<AppState>,
+    pub session: Session,
+}
+
+impl FromRequest for Page {
+    type Error = actix_web::Error;
+    type Future = LocalBoxFuture<'static, Result<Self, actix_web::Error>>;
+
+    fn from_request(req: &HttpRequest, payload: &mut Payload) -> Self::Future {
+        let state = web::Data::<AppState>::from_request(req, payload);
+        let session = Session::from_request(req, payload);
+        Box::pin(async move {
+            Ok(Self {
+                state: state.await?,
+                session: session.await?,
+            })
+        })
     }
 }
 

@@ -1,7 +1,7 @@
 //! Signing in and out.
 
 use super::forms::{PageForm, PageQuery};
-use super::session::{self, safe_return_to, CurrentUser};
+use super::session::{self, safe_return_to, CurrentUser, Page};
 use super::view::{page, see_other, PageError};
 use crate::auth::throttle::{confirm_password, Attempt, Confirmation};
 use crate::domain::{Email, Phone, Username};
@@ -9,7 +9,7 @@ use crate::state::AppState;
 use crate::store::{Store, StoreError, User, UserKey};
 use actix_session::Session;
 use actix_web::http::StatusCode;
-use actix_web::{web, HttpRequest, HttpResponse};
+use actix_web::{HttpRequest, HttpResponse};
 use askama::Template;
 use serde::Deserialize;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -72,8 +72,7 @@ pub struct SignInForm {
 
 pub async fn submit(
     req: HttpRequest,
-    state: web::Data<AppState>,
-    session: Session,
+    Page { state, session }: Page,
     form: PageForm<SignInForm>,
 ) -> Result<HttpResponse, PageError> {
     let form = match form.into_checked() {
@@ -174,10 +173,7 @@ fn network_of(ip: IpAddr) -> IpAddr {
     }
 }
 
-pub async fn sign_out(
-    state: web::Data<AppState>,
-    session: Session,
-) -> Result<HttpResponse, PageError> {
+pub async fn sign_out(Page { state, session }: Page) -> Result<HttpResponse, PageError> {
     session::sign_out(&state, &session).await?;
     Ok(see_other("/signin"))
 }

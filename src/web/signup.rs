@@ -1,7 +1,7 @@
 //! Signing up, and the verification links that follow.
 
 use super::forms::{self, sentence, FormState, PageForm, PageQuery};
-use super::session::{self, CurrentUser, SignedIn};
+use super::session::{self, CurrentUser, Page, SignedIn};
 use super::signin::limit_per_address;
 use super::view::{links_message, page, see_other, LinksWording, PageError};
 use crate::accounts::{self, CreateAccountError, NewAccount};
@@ -11,7 +11,7 @@ use crate::store::User;
 use crate::verification::{self, Links};
 use actix_session::Session;
 use actix_web::http::StatusCode;
-use actix_web::{web, HttpRequest, HttpResponse};
+use actix_web::{HttpRequest, HttpResponse};
 use askama::Template;
 use serde::Deserialize;
 
@@ -129,8 +129,7 @@ fn parse(form: &SignUpForm) -> Result<NewAccount, FormState> {
 
 pub async fn submit(
     req: HttpRequest,
-    state: web::Data<AppState>,
-    session: Session,
+    Page { state, session }: Page,
     form: PageForm<SignUpForm>,
 ) -> Result<HttpResponse, PageError> {
     // Each sign-up costs a password hash and a message.
@@ -220,8 +219,7 @@ pub struct VerifyForm {
 }
 
 pub async fn verify(
-    state: web::Data<AppState>,
-    session: Session,
+    Page { state, session }: Page,
     form: PageForm<VerifyForm>,
 ) -> Result<HttpResponse, PageError> {
     let verified = match form.into_checked() {
@@ -254,8 +252,7 @@ async fn send_links(state: &AppState, user: &User) -> Links {
 /// Sends the signed-in user's verification links again.
 pub async fn resend(
     req: HttpRequest,
-    state: web::Data<AppState>,
-    session: Session,
+    Page { state, session }: Page,
     SignedIn(user): SignedIn,
 ) -> Result<HttpResponse, PageError> {
     limit_per_address(&req, &state)?;

@@ -124,6 +124,15 @@ async fn secrets_are_shown_once_even_to_a_replayed_cookie(backend: Backend) {
     assert!(secret_on(&page, "personal-token").is_none());
 }
 
+fn reveal(id: &str, user_id: &str, sealed: &str, now: i64) -> tally::store::NewReveal {
+    tally::store::NewReveal {
+        id: id.to_owned(),
+        user_id: user_id.to_owned(),
+        sealed: sealed.to_owned(),
+        created_at: now,
+    }
+}
+
 fn mails_to(sink: &MailSink, address: &str) -> usize {
     sink.mails()
         .iter()
@@ -719,7 +728,7 @@ async fn a_reveal_is_taken_once_by_racing_showings_and_only_by_its_user(backend:
     .unwrap();
     let now = now_micros();
     store
-        .insert_reveal("r1", &user.id, "sealed", now)
+        .insert_reveal(&reveal("r1", &user.id, "sealed", now))
         .await
         .unwrap();
     assert_eq!(
@@ -742,7 +751,7 @@ async fn a_reveal_is_taken_once_by_racing_showings_and_only_by_its_user(backend:
     assert_eq!(shown, 1, "one showing");
     // Kept too long, it is not shown (and is gone).
     store
-        .insert_reveal("r2", &user.id, "old", now)
+        .insert_reveal(&reveal("r2", &user.id, "old", now))
         .await
         .unwrap();
     assert_eq!(

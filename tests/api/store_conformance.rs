@@ -4,7 +4,7 @@ use crate::helpers::{on_both_backends, Backend, TestDb};
 use std::sync::Arc;
 use tally::domain::{now_micros, Amount, PaymentStatus};
 use tally::ledger;
-use tally::store::{EntryKind, NewApp, NewUser, Store, StoreError, UserFlags, UserKey};
+use tally::store::{EntryKind, NewApp, NewUser, Presented, Store, StoreError, UserFlags, UserKey};
 
 on_both_backends!(
     users_are_found_by_id_username_email_and_phone,
@@ -25,6 +25,14 @@ on_both_backends!(
     a_refresh_token_rotates_once_for_its_own_client_while_live,
     a_payment_row_with_an_unknown_word_does_not_load,
 );
+
+fn presented<'a>(digest: &'a str, client_id: &'a str, now: i64) -> Presented<'a> {
+    Presented {
+        digest,
+        client_id,
+        now,
+    }
+}
 
 fn new_user(username: &str, email: Option<&str>, phone: Option<&str>) -> NewUser {
     NewUser {
@@ -558,7 +566,14 @@ async fn an_expiry_decided_before_a_claim_does_not_overtake_it(backend: Backend)
     let due = store.due_payments(0, i64::MAX, 10).await.unwrap();
     assert_eq!(due.len(), 1);
     let claimed = store
-        .claim_payments(&bob.id, Some("bob@example.com"), None, now_micros())
+        .claim_payments(
+            tally::store::Claimant {
+                user_id: &bob.id,
+                email: Some("bob@example.com"),
+                phone: None,
+            },
+            now_micros(),
+        )
         .await
         .unwrap();
     assert_eq!(claimed, 1);
@@ -798,7 +813,7 @@ async fn a_refresh_token_rotates_once_for_its_own_client_while_live(backend: Bac
     // Another client's, expired, or unknown: refused, and nothing is written.
     for (digest, client) in [("r1", "theirs"), ("dead", "mine"), ("nope", "mine")] {
         let outcome = store
-            .rotate_refresh_token(digest, client, now, &successors)
+            .rotate_refresh_token(presented(digest, client, now), &successors)
             .await
             .unwrap();
         assert!(
@@ -808,7 +823,7 @@ async fn a_refresh_token_rotates_once_for_its_own_client_while_live(backend: Bac
         assert!(store.find_token("a2").await.unwrap().is_none());
     }
     let outcome = store
-        .rotate_refresh_token("r1", "mine", now, &successors)
+        .rotate_refresh_token(presented("r1", "mine", now), &successors)
         .await
         .unwrap();
     let RefreshUse::Rotated(rotated) = outcome else {
@@ -835,7 +850,7 @@ async fn a_refresh_token_rotates_once_for_its_own_client_while_live(backend: Bac
     // Spent: a second use revokes the whole family, successors included.
     let again = [token("a3", TokenKind::Access, live)];
     let outcome = store
-        .rotate_refresh_token("r1", "mine", now, &again)
+        .rotate_refresh_token(presented("r1", "mine", now), &again)
         .await
         .unwrap();
     assert!(matches!(outcome, RefreshUse::Replayed), "{outcome:?}");

@@ -1,7 +1,7 @@
 //! What an account goes through besides its row: verification of its
 //! addresses, the sign-in throttle, ended browser sessions.
 
-use super::{Connections, ThisStore, KEY_LOCK};
+use super::{Connections, ThisStore, Tx, KEY_LOCK};
 use crate::store::{AccountStore, StoreError, User};
 
 #[async_trait::async_trait]
@@ -142,13 +142,13 @@ impl AccountStore for ThisStore {
             tx.commit().await?;
             return Ok(Err(wait));
         }
-        for key in keys {
-            sqlx::query("INSERT INTO signin_failures (key, at) VALUES ($1, $2)")
-                .bind(key)
-                .bind(now)
-                .execute(&mut *tx)
-                .await?;
-        }
+        for_each_key(
+            &mut tx,
+            "INSERT INTO signin_failures (key, at) VALUES ($1, $2)",
+            keys,
+            now,
+        )
+        .await?;
         tx.commit().await?;
         Ok(Ok(()))
     }
@@ -165,13 +165,13 @@ impl AccountStore for ThisStore {
             .bind(clear_key)
             .execute(&mut *tx)
             .await?;
-        for key in attempt_keys {
-            sqlx::query("DELETE FROM signin_failures WHERE key = $1 AND at = $2")
-                .bind(key)
-                .bind(at)
-                .execute(&mut *tx)
-                .await?;
-        }
+        for_each_key(
+            &mut tx,
+            "DELETE FROM signin_failures WHERE key = $1 AND at = $2",
+            attempt_keys,
+            at,
+        )
+        .await?;
         tx.commit().await?;
         Ok(())
     }
@@ -209,4 +209,17 @@ impl AccountStore for ThisStore {
                 .await?;
         Ok(found.is_some())
     }
+}
+
+/// Runs `sql` once for each of the sign-in throttle's keys, bound as `$1`,
+/// with `at` bound as `$2`.
+async fn for_each_key(tx: &mut Tx, sql: &str, keys: &[String], at: i64) -> Result<(), StoreError> {
+    for key in keys {
+        sqlx::query(sql)
+            .bind(key)
+            .bind(at)
+            .execute(&mut **tx)
+            .await?;
+    }
+    Ok(())
 }

@@ -30,6 +30,9 @@ use sqlx::Transaction;
 /// The arguments of a statement on this backend.
 type Args<'q> = <Db as sqlx::Database>::Arguments<'q>;
 
+/// A transaction on this backend, which the helpers of a write take by `&mut`.
+type Tx = Transaction<'static, Db>;
+
 /// What a backend's connection handling gives the queries.
 pub(super) trait Connections {
     /// Applies pending migrations.
@@ -45,7 +48,7 @@ pub(super) trait Connections {
     /// writes that are one statement).
     async fn lease(&self) -> Result<Lease<'_, Db>, StoreError>;
     /// Begins a write transaction.
-    async fn write(&self) -> Result<Transaction<'static, Db>, StoreError>;
+    async fn write(&self) -> Result<Tx, StoreError>;
     /// Runs `batch`, a write that is all or nothing by itself, on a
     /// connection it lends: on PostgreSQL one statement, its own transaction;
     /// on SQLite statements that the writer runs inside its transaction, in a
@@ -58,7 +61,7 @@ pub(super) trait Connections {
             + Send
             + 'static;
     /// Begins a read transaction that sees one consistent snapshot.
-    async fn snapshot(&self) -> Result<Transaction<'static, Db>, StoreError>;
+    async fn snapshot(&self) -> Result<Tx, StoreError>;
     /// This store's count of committed revocations.
     fn revocations(&self) -> &RevocationEpoch;
 }
@@ -103,6 +106,21 @@ impl ThisStore {
         let row = statement.fetch_optional(&mut *tx).await?;
         tx.commit().await?;
         Ok(row)
+    }
+
+    /// The rows of `select`, a statement that ends in an open `IN (`, for the
+    /// given values.
+    async fn fetch_in<T>(&self, select: String, values: &[String]) -> Result<Vec<T>, StoreError>
+    where
+        T: for<'r> sqlx::FromRow<'r, <Db as sqlx::Database>::Row> + Send + Unpin,
+    {
+        let mut query = sqlx::QueryBuilder::<Db>::new(select);
+        push_binds(&mut query, values.iter().cloned());
+        query.push(")");
+        Ok(query
+            .build_query_as::<T>()
+            .fetch_all(&mut *self.lease().await?)
+            .await?)
     }
 }
 

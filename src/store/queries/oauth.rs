@@ -2,10 +2,10 @@
 //! Single-use things (codes, refresh tokens) are consumed by one guarded
 //! statement, never found first and deleted after.
 
-use super::{Connections, Db, ThisStore, DATA_MODIFYING_CTES};
+use super::{Connections, Db, ThisStore, Tx, DATA_MODIFYING_CTES};
 use crate::store::{
-    App, CodeRecord, CodeUse, NewApp, NewCode, NewGrant, NewToken, OAuthStore, RefreshUse,
-    RotatedGrant, StoreError, TokenRecord,
+    App, CodeRecord, CodeUse, Consent, NewApp, NewCode, NewGrant, NewToken, OAuthStore, Presented,
+    RefreshUse, RotatedGrant, StoreError, TokenRecord,
 };
 
 #[async_trait::async_trait]
@@ -131,22 +131,16 @@ impl OAuthStore for ThisStore {
     }
 
     #[tracing::instrument(skip_all)]
-    async fn insert_reveal(
-        &self,
-        id: &str,
-        user_id: &str,
-        sealed: &str,
-        now: i64,
-    ) -> Result<(), StoreError> {
+    async fn insert_reveal(&self, reveal: &crate::store::NewReveal) -> Result<(), StoreError> {
         self.write_one(
             sqlx::query(
                 "INSERT INTO secret_reveals (id, user_id, sealed, created_at) \
              VALUES ($1, $2, $3, $4)",
             )
-            .bind(id)
-            .bind(user_id)
-            .bind(sealed)
-            .bind(now),
+            .bind(&reveal.id)
+            .bind(&reveal.user_id)
+            .bind(&reveal.sealed)
+            .bind(reveal.created_at),
         )
         .await?;
         Ok(())
@@ -174,45 +168,32 @@ impl OAuthStore for ThisStore {
     }
 
     #[tracing::instrument(skip_all)]
-    async fn has_consent(
-        &self,
-        user_id: &str,
-        client_id: &str,
-        scopes: &str,
-        response_type: &str,
-    ) -> Result<bool, StoreError> {
+    async fn has_consent(&self, consent: Consent<'_>) -> Result<bool, StoreError> {
         Ok(sqlx::query_scalar(
             "SELECT EXISTS (SELECT 1 FROM oauth_consents \
              WHERE user_id = $1 AND client_id = $2 AND scopes = $3 \
              AND response_type = $4)",
         )
-        .bind(user_id)
-        .bind(client_id)
-        .bind(scopes)
-        .bind(response_type)
+        .bind(consent.user_id)
+        .bind(consent.client_id)
+        .bind(consent.scopes)
+        .bind(consent.response_type)
         .fetch_one(&mut *self.lease().await?)
         .await?)
     }
 
     #[tracing::instrument(skip_all)]
-    async fn insert_consent(
-        &self,
-        user_id: &str,
-        client_id: &str,
-        scopes: &str,
-        response_type: &str,
-        at: i64,
-    ) -> Result<(), StoreError> {
+    async fn insert_consent(&self, consent: Consent<'_>, at: i64) -> Result<(), StoreError> {
         self.write_one(
             sqlx::query(
                 "INSERT INTO oauth_consents \
              (user_id, client_id, scopes, response_type, created_at) \
              VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",
             )
-            .bind(user_id)
-            .bind(client_id)
-            .bind(scopes)
-            .bind(response_type)
+            .bind(consent.user_id)
+            .bind(consent.client_id)
+            .bind(consent.scopes)
+            .bind(consent.response_type)
             .bind(at),
         )
         .await?;
@@ -318,12 +299,15 @@ impl OAuthStore for ThisStore {
     #[tracing::instrument(skip_all)]
     async fn exchange_code(
         &self,
-        digest: &str,
-        client_id: &str,
-        now: i64,
+        code: Presented<'_>,
         check: crate::store::CodeCheck<'_>,
         tokens: &[NewToken],
     ) -> Result<CodeUse, StoreError> {
+        let Presented {
+            digest,
+            client_id,
+            now,
+        } = code;
         let mut tx = self.write().await?;
         // Spends the code; on PostgreSQL a simultaneous exchange waits
         // here on the row lock, then finds it spent.
@@ -399,11 +383,14 @@ impl OAuthStore for ThisStore {
     #[tracing::instrument(skip_all)]
     async fn rotate_refresh_token(
         &self,
-        digest: &str,
-        client_id: &str,
-        now: i64,
+        token: Presented<'_>,
         successors: &[NewToken],
     ) -> Result<RefreshUse, StoreError> {
+        let Presented {
+            digest,
+            client_id,
+            now,
+        } = token;
         // The guarded spend, the successors (one multi-row insert) and
         // the grant, sent at once: on PostgreSQL one statement (its own
         // transaction, one round trip); on SQLite one batch in the writer's
@@ -546,9 +533,7 @@ impl OAuthStore for ThisStore {
     #[tracing::instrument(skip_all)]
     async fn live_refresh_token_scopes(
         &self,
-        digest: &str,
-        client_id: &str,
-        now: i64,
+        token: Presented<'_>,
     ) -> Result<Option<String>, StoreError> {
         // The conditions of the spend in rotate_refresh_token.
         Ok(sqlx::query_scalar(
@@ -558,9 +543,9 @@ impl OAuthStore for ThisStore {
              AND t.revoked_at IS NULL AND t.expires_at > $3 \
              AND g.client_id = $2 AND g.revoked_at IS NULL",
         )
-        .bind(digest)
-        .bind(client_id)
-        .bind(now)
+        .bind(token.digest)
+        .bind(token.client_id)
+        .bind(token.now)
         .fetch_optional(&mut *self.lease().await?)
         .await?)
     }
@@ -722,10 +707,7 @@ impl OAuthStore for ThisStore {
     }
 }
 
-async fn insert_grant(
-    tx: &mut sqlx::Transaction<'static, Db>,
-    grant: &NewGrant,
-) -> Result<(), StoreError> {
+async fn insert_grant(tx: &mut Tx, grant: &NewGrant) -> Result<(), StoreError> {
     sqlx::query(
         "INSERT INTO oauth_grants (id, user_id, client_id, scopes, flow, created_at) \
          VALUES ($1, $2, $3, $4, $5, $6)",
@@ -741,11 +723,7 @@ async fn insert_grant(
     Ok(())
 }
 
-async fn insert_token(
-    tx: &mut sqlx::Transaction<'static, Db>,
-    grant_id: &str,
-    token: &NewToken,
-) -> Result<(), StoreError> {
+async fn insert_token(tx: &mut Tx, grant_id: &str, token: &NewToken) -> Result<(), StoreError> {
     sqlx::query(
         "INSERT INTO oauth_tokens (digest, grant_id, kind, created_at, expires_at, scopes) \
          VALUES ($1, $2, $3, $4, $5, $6)",
@@ -761,11 +739,7 @@ async fn insert_token(
     Ok(())
 }
 
-async fn revoke_grant(
-    tx: &mut sqlx::Transaction<'static, Db>,
-    grant_id: &str,
-    now: i64,
-) -> Result<(), StoreError> {
+async fn revoke_grant(tx: &mut Tx, grant_id: &str, now: i64) -> Result<(), StoreError> {
     sqlx::query("UPDATE oauth_grants SET revoked_at = $2 WHERE id = $1 AND revoked_at IS NULL")
         .bind(grant_id)
         .bind(now)
@@ -775,11 +749,7 @@ async fn revoke_grant(
 }
 
 /// Revokes every live token issued under a grant.
-async fn revoke_tokens_of(
-    tx: &mut sqlx::Transaction<'static, Db>,
-    grant_id: &str,
-    now: i64,
-) -> Result<(), StoreError> {
+async fn revoke_tokens_of(tx: &mut Tx, grant_id: &str, now: i64) -> Result<(), StoreError> {
     sqlx::query(
         "UPDATE oauth_tokens SET revoked_at = $2 WHERE grant_id = $1 AND revoked_at IS NULL",
     )

@@ -550,28 +550,20 @@ impl PaymentStore for ThisStore {
             crate::store::payments::payment_columns!(),
             " FROM payments WHERE id IN (",
         );
-        let mut query = sqlx::QueryBuilder::<Db>::new(SQL);
-        push_binds(&mut query, ids.iter().cloned());
-        query.push(")");
-        Ok(query
-            .build_query_as::<crate::store::Payment>()
-            .fetch_all(&mut *self.lease().await?)
-            .await?)
+        self.fetch_in(SQL.to_owned(), ids).await
     }
 
     async fn find_idempotency_key(
         &self,
-        owner_id: &str,
-        key: &str,
-        created_since: i64,
+        key: &crate::store::IdempotencyKey,
     ) -> Result<Option<crate::store::StoredIdempotencyKey>, StoreError> {
         Ok(sqlx::query_as(
             "SELECT fingerprint, payment_id, balance_cents FROM idempotency_keys \
              WHERE owner_id = $1 AND key = $2 AND created_at >= $3",
         )
-        .bind(owner_id)
-        .bind(key)
-        .bind(created_since)
+        .bind(&key.owner_id)
+        .bind(&key.key)
+        .bind(key.expired_before)
         .fetch_optional(&mut *self.lease().await?)
         .await?)
     }
@@ -661,11 +653,14 @@ impl PaymentStore for ThisStore {
     #[tracing::instrument(skip_all, fields(user_id))]
     async fn claim_payments(
         &self,
-        user_id: &str,
-        email: Option<&str>,
-        phone: Option<&str>,
+        claimant: crate::store::Claimant<'_>,
         now: i64,
     ) -> Result<u64, StoreError> {
+        let crate::store::Claimant {
+            user_id,
+            email,
+            phone,
+        } = claimant;
         if email.is_none() && phone.is_none() {
             return Ok(0);
         }

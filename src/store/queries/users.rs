@@ -1,6 +1,6 @@
 //! Users and their friendships.
 
-use super::{push_binds, Connections, Db, ThisStore};
+use super::{Connections, ThisStore};
 use crate::store::{NewUser, StoreError, User, UserFlags, UserKey, UserStore};
 
 /// `UPDATE users SET <set> WHERE id = $1`, returning the row as changed: the
@@ -22,16 +22,11 @@ impl ThisStore {
         condition: &str,
         binds: &[String],
     ) -> Result<Vec<crate::store::User>, StoreError> {
-        let mut query = sqlx::QueryBuilder::<Db>::new(format!(
+        let select = format!(
             "SELECT {} FROM users WHERE {condition} (",
             crate::store::sql::USER_COLUMNS
-        ));
-        push_binds(&mut query, binds.iter().cloned());
-        query.push(")");
-        Ok(query
-            .build_query_as::<crate::store::User>()
-            .fetch_all(&mut *self.lease().await?)
-            .await?)
+        );
+        self.fetch_in(select, binds).await
     }
 }
 
