@@ -15,7 +15,9 @@ use crate::ledger::payments::{
 };
 use crate::state::AppState;
 use crate::store::{Payment, PaymentFilter};
-use actix_web::{web, HttpRequest, HttpResponse};
+use actix_web::dev::Payload;
+use actix_web::{web, FromRequest, HttpRequest, HttpResponse};
+use futures_util::future::LocalBoxFuture;
 use serde::Serialize;
 
 /// The answer of POST and PUT: the payment and, with `access_balance`, the token
@@ -80,6 +82,32 @@ fn parse_audience(params: &Params) -> Result<Audience, ApiError> {
     }
 }
 
+/// A request that moves money (POST, PUT): its token holds `make_payments`,
+/// and it may carry an `Idempotency-Key`. The token is checked first (401,
+/// then 403), the key after (400), whatever else the request holds.
+pub struct MoneyRequest {
+    principal: Principal,
+    idempotency_key: Option<String>,
+}
+
+impl FromRequest for MoneyRequest {
+    type Error = ApiError;
+    type Future = LocalBoxFuture<'static, Result<Self, ApiError>>;
+
+    fn from_request(req: &HttpRequest, payload: &mut Payload) -> Self::Future {
+        let principal = Principal::from_request(req, payload);
+        let idempotency_key = idempotency_key(req);
+        Box::pin(async move {
+            let principal = principal.await?;
+            principal.require(Scope::MakePayments)?;
+            Ok(Self {
+                principal,
+                idempotency_key: idempotency_key?,
+            })
+        })
+    }
+}
+
 /// The `Idempotency-Key` header: 1 to 255 visible ASCII characters.
 fn idempotency_key(req: &HttpRequest) -> Result<Option<String>, ApiError> {
     let Some(value) = req.headers().get("idempotency-key") else {
@@ -117,12 +145,12 @@ fn made_answer(
 #[tracing::instrument(skip_all)]
 pub async fn create(
     state: web::Data<AppState>,
-    principal: Principal,
+    MoneyRequest {
+        principal,
+        idempotency_key: key,
+    }: MoneyRequest,
     params: Params,
-    req: HttpRequest,
 ) -> Result<HttpResponse, ApiError> {
-    principal.require(Scope::MakePayments)?;
-    let key = idempotency_key(&req)?;
     let request = PaymentRequest {
         target: parse_target(&params)?,
         amount: parse_amount(&params)?,
@@ -296,12 +324,13 @@ pub async fn show(
 #[tracing::instrument(skip_all)]
 pub async fn update(
     state: web::Data<AppState>,
-    principal: Principal,
+    MoneyRequest {
+        principal,
+        idempotency_key: key,
+    }: MoneyRequest,
     params: Params,
     req: HttpRequest,
 ) -> Result<HttpResponse, ApiError> {
-    principal.require(Scope::MakePayments)?;
-    let key = idempotency_key(&req)?;
     let update = Update::parse(params.required("action")?).ok_or_else(|| {
         ApiError::InvalidRequest("action must be approve, deny or cancel".to_owned())
     })?;

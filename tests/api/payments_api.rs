@@ -1,7 +1,9 @@
 //! `/payments` over real HTTP: shapes, every row of the state table of SPEC §5,
 //! bad inputs, paging and idempotency.
 
-use crate::fixtures::{audit_ok, balance_cents, person, person_with, suspend, Person, PersonSpec};
+use crate::fixtures::{
+    audit_ok, balance_cents, person, person_with, suspend, token, Person, PersonSpec,
+};
 use crate::helpers::{on_both_backends, Backend, TestApp};
 use crate::users_api::assert_user_object;
 use serde_json::{json, Value};
@@ -861,6 +863,19 @@ async fn bad_inputs_are_refused_with_their_code_and_write_nothing(backend: Backe
         .await
         .unwrap();
     assert_eq!(response.status(), 400);
+    // The token is judged before the key: no token 401, no make_payments 403.
+    let reader = token(app.store.as_ref(), &ann.id, "access_profile").await;
+    for (bearer, status) in [(None, 401), (Some(reader.as_str()), 403)] {
+        let mut request = app
+            .http
+            .post(app.url("/v1/payments"))
+            .header("idempotency-key", "k".repeat(300))
+            .json(&base);
+        if let Some(bearer) = bearer {
+            request = request.bearer_auth(bearer);
+        }
+        assert_eq!(request.send().await.unwrap().status(), status);
+    }
     // A key given twice is ambiguous in JSON too (serde would keep the last).
     let response = app
         .http
