@@ -101,16 +101,29 @@ impl ThisStore {
             .bind(p.refund_payment_id)
     }
 
-    /// The statements that write a new payment with its parties and, for a
-    /// pay, the hold the ledger decided (`sql`: `HOLD_SQL` or `CHARGE_SQL`, or
-    /// their `_BATCH` forms), with every value bound. Each returns the actor's
-    /// balance afterwards; a pay returns none when it is not covered.
+    /// The statements that write `insert`: this backend's new-payment
+    /// statements, or, for a target account named by id and not read
+    /// (`check_target`), those that also read it.
+    fn payment_sql(insert: &crate::store::PaymentInsert) -> &'static str {
+        let (hold_sql, charge_sql) = if insert.check_target {
+            TO_ACCOUNT_SQL
+        } else {
+            (HOLD_SQL, CHARGE_SQL)
+        };
+        if insert.hold.is_some() {
+            hold_sql
+        } else {
+            charge_sql
+        }
+    }
+
+    /// [`Self::payment_sql`] with every value bound: the new payment with its
+    /// parties and, for a pay, the hold the ledger decided.
     fn payment_statements(
         insert: &crate::store::PaymentInsert,
-        sql: &'static str,
     ) -> Result<sqlx::query::Query<'static, Db, Args<'static>>, StoreError> {
         let p = &insert.payment;
-        let mut query = Self::bind_payment(sqlx::query(sql), p.clone());
+        let mut query = Self::bind_payment(sqlx::query(Self::payment_sql(insert)), p.clone());
         if let Some(hold) = &insert.hold {
             // The statements debit the payment's actor by its amount at its
             // time; a hold of anything else is not what they write.
@@ -130,20 +143,33 @@ impl ThisStore {
         Ok(query)
     }
 
-    /// The actor's balance from the rows the payment statements returned;
-    /// None when a pay is not covered.
-    fn recorded_balance(
+    /// What the payment statements' rows say; see [`Recorded`].
+    fn recorded(
         insert: &crate::store::PaymentInsert,
         rows: &[<Db as sqlx::Database>::Row],
-    ) -> Result<Option<i64>, StoreError> {
-        let balance = match rows.last() {
+    ) -> Result<Recorded, StoreError> {
+        if insert.check_target {
+            // The target is read with the write, in the last row.
+            let Some(row) = rows.last() else {
+                return Ok(Recorded::NoSuchTarget);
+            };
+            let read: crate::store::RecordedToAccount = sqlx::FromRow::from_row(row)?;
+            return Ok(Recorded::Written {
+                actor_balance_cents: read.actor_balance_cents,
+                target: Some(Box::new(read.target)),
+            });
+        }
+        let actor_balance_cents = match rows.last() {
             Some(row) => Some(sqlx::Row::try_get::<i64, _>(row, 0)?),
             None => None,
         };
-        if balance.is_none() && insert.hold.is_none() {
+        if actor_balance_cents.is_none() && insert.hold.is_none() {
             return Err(StoreError::NotFound("user"));
         }
-        Ok(balance)
+        Ok(Recorded::Written {
+            actor_balance_cents,
+            target: None,
+        })
     }
 
     /// Writes a new payment inside the caller's transaction; see
@@ -151,17 +177,12 @@ impl ThisStore {
     async fn record_payment(
         tx: &mut sqlx::Transaction<'static, Db>,
         insert: &crate::store::PaymentInsert,
-    ) -> Result<Option<i64>, StoreError> {
-        let sql = if insert.hold.is_some() {
-            HOLD_SQL
-        } else {
-            CHARGE_SQL
-        };
+    ) -> Result<Recorded, StoreError> {
         // Every row, so that each of SQLite's statements runs.
-        let rows = Self::payment_statements(insert, sql)?
+        let rows = Self::payment_statements(insert)?
             .fetch_all(&mut **tx)
             .await?;
-        Self::recorded_balance(insert, &rows)
+        Self::recorded(insert, &rows)
     }
 
     async fn payment_in(
@@ -248,6 +269,19 @@ impl ThisStore {
     }
 }
 
+/// What a new payment's statements did.
+enum Recorded {
+    /// The target account named by id does not exist; nothing was written.
+    NoSuchTarget,
+    /// The actor's balance afterwards (None: a pay was not covered, and
+    /// nothing was written), with the target account when the statements
+    /// read it.
+    Written {
+        actor_balance_cents: Option<i64>,
+        target: Option<Box<crate::store::User>>,
+    },
+}
+
 #[async_trait::async_trait]
 impl PaymentStore for ThisStore {
     #[tracing::instrument(skip_all, fields(payment_id = %insert.payment.id))]
@@ -258,44 +292,32 @@ impl PaymentStore for ThisStore {
         use crate::store::InsertOutcome;
         let p = &insert.payment;
         p.actor_id.as_deref().ok_or(StoreError::NotFound("actor"))?;
-        let target_id = match (insert.check_target, &p.target_user_id) {
-            (true, Some(id)) => Some(id.as_str()),
-            (true, None) => return Err(StoreError::NotFound("target")),
-            (false, _) => None,
-        };
-        let created = |balance: Option<i64>, target: Option<crate::store::User>| match balance {
-            Some(balance) => InsertOutcome::Created {
+        if insert.check_target && p.target_user_id.is_none() {
+            return Err(StoreError::NotFound("target"));
+        }
+        let outcome = |recorded: Recorded| match recorded {
+            Recorded::NoSuchTarget => InsertOutcome::NoSuchTarget,
+            Recorded::Written {
+                actor_balance_cents: None,
+                ..
+            } => InsertOutcome::InsufficientFunds,
+            Recorded::Written {
+                actor_balance_cents: Some(balance),
+                target,
+            } => InsertOutcome::Created {
                 payment: p.clone(),
                 actor_balance_cents: balance,
-                target: target.map(Box::new),
+                target,
             },
-            None => InsertOutcome::InsufficientFunds,
         };
         let Some(key) = &insert.idempotency else {
             // One trip: the statements are all or nothing by themselves.
-            let (hold_sql, charge_sql) = match target_id {
-                Some(_) => TO_ACCOUNT_SQL,
-                None => (HOLD_SQL, CHARGE_SQL),
-            };
-            let sql = if insert.hold.is_some() {
-                hold_sql
-            } else {
-                charge_sql
-            };
-            let statements = Self::payment_statements(insert, sql)?;
+            let statements = Self::payment_statements(insert)?;
             // Every row, so that each of SQLite's statements runs.
             let rows = self
                 .write_batch(move |conn| Box::pin(statements.fetch_all(conn)))
                 .await?;
-            if target_id.is_some() {
-                // The target is read with the write, in the last row.
-                let Some(row) = rows.last() else {
-                    return Ok(InsertOutcome::NoSuchTarget);
-                };
-                let recorded: crate::store::RecordedToAccount = sqlx::FromRow::from_row(row)?;
-                return Ok(created(recorded.actor_balance_cents, Some(recorded.target)));
-            }
-            return Ok(created(Self::recorded_balance(insert, &rows)?, None));
+            return Ok(outcome(Self::recorded(insert, &rows)?));
         };
         let mut tx = self.write().await?;
         if !Self::take_idempotency_key(&mut tx, key).await? {
@@ -318,30 +340,16 @@ impl PaymentStore for ThisStore {
             tx.commit().await?;
             return Ok(outcome);
         }
-        let target = match target_id {
-            Some(id) => {
-                const SQL: &str = concat!(
-                    "SELECT ",
-                    crate::store::sql::user_columns!(),
-                    " FROM users WHERE id = $1"
-                );
-                let found = sqlx::query_as::<_, crate::store::User>(SQL)
-                    .bind(id)
-                    .fetch_optional(&mut *tx)
-                    .await?;
-                if found.is_none() {
-                    tx.rollback().await?;
-                    return Ok(InsertOutcome::NoSuchTarget);
-                }
-                found
-            }
-            None => None,
-        };
-        let Some(balance) = Self::record_payment(&mut tx, insert).await? else {
-            // Rolled back now, not when the connection is next used:
-            // the key and the row locks go at once.
+        let recorded = Self::record_payment(&mut tx, insert).await?;
+        let Recorded::Written {
+            actor_balance_cents: Some(balance),
+            ..
+        } = recorded
+        else {
+            // Nothing was written. Rolled back now, not when the connection
+            // is next used: the key and the row locks go at once.
             tx.rollback().await?;
-            return Ok(InsertOutcome::InsufficientFunds);
+            return Ok(outcome(recorded));
         };
         sqlx::query(
             "UPDATE idempotency_keys SET payment_id = $3, balance_cents = $4 \
@@ -354,7 +362,7 @@ impl PaymentStore for ThisStore {
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;
-        Ok(created(Some(balance), target))
+        Ok(outcome(recorded))
     }
 
     #[tracing::instrument(skip_all, fields(payment_id = %t.payment_id, status = t.status.as_str()))]
