@@ -5,6 +5,7 @@
 mod error;
 mod models;
 mod oauth;
+mod pay_batcher;
 mod payments;
 mod pool;
 mod postgres;

@@ -1,3 +1,4 @@
+use super::pay_batcher::{Batched, PayBatcher};
 use super::pool::{
     check_after_trouble, connections_per_core, BatchFuture, Lease, Lender, RevocationEpoch,
 };
@@ -5,6 +6,7 @@ use super::*;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{PgPool, Postgres, Transaction};
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// PostgreSQL, shared by every instance of a deployment. Writes rely on guarded
@@ -14,7 +16,9 @@ pub struct PgStore {
     /// rollback of a transaction dropped half-way).
     pool: PgPool,
     /// Single statements, reads and writes: no ping, one round trip each.
-    statements: Lender<Postgres>,
+    statements: Arc<Lender<Postgres>>,
+    /// New pays written together (group commit).
+    pays: Arc<PayBatcher>,
     revocations: RevocationEpoch,
 }
 
@@ -37,13 +41,14 @@ impl PgStore {
             .max_lifetime(None)
             .connect_with(options.clone())
             .await?;
-        let statements = Lender::new(
+        let statements = Arc::new(Lender::new(
             options,
             connections_per_core(6, 12, 32),
             Duration::from_secs(5),
-        );
+        ));
         Ok(Self {
             pool,
+            pays: Arc::new(PayBatcher::new(statements.clone())),
             statements,
             revocations: RevocationEpoch::default(),
         })
@@ -101,6 +106,16 @@ impl queries::Connections for PgStore {
     {
         let mut conn = self.statements.lease().await?;
         Ok(batch(&mut conn).await?)
+    }
+
+    async fn record_in_batch(
+        &self,
+        insert: &PaymentInsert,
+    ) -> Result<Option<super::payments::Recorded>, StoreError> {
+        Ok(match self.pays.pay(insert).await? {
+            Batched::Recorded(recorded) => Some(recorded),
+            Batched::Alone => None,
+        })
     }
 
     async fn snapshot(&self) -> Result<Transaction<'static, Postgres>, StoreError> {

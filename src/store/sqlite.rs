@@ -259,6 +259,14 @@ impl queries::Connections for SqliteStore {
         answered.await.map_err(|_| unanswered())?
     }
 
+    /// The group writer commits writes together already.
+    async fn record_in_batch(
+        &self,
+        _insert: &crate::store::PaymentInsert,
+    ) -> Result<Option<crate::store::payments::Recorded>, StoreError> {
+        Ok(None)
+    }
+
     /// A read transaction sees one snapshot of the WAL.
     async fn snapshot(&self) -> Result<Transaction<'static, Sqlite>, StoreError> {
         Ok(self.reader.begin().await?)

@@ -24,6 +24,8 @@ on_both_backends!(
     a_settlement_batch_settles_each_due_pay_once_and_passes_by_the_rest,
     a_refresh_token_rotates_once_for_its_own_client_while_live,
     a_payment_row_with_an_unknown_word_does_not_load,
+    pays_made_at_once_each_move_their_own_money_or_none,
+    a_pay_that_fails_its_batch_fails_alone,
 );
 
 fn presented<'a>(digest: &'a str, client_id: &'a str, now: i64) -> Presented<'a> {
@@ -953,6 +955,233 @@ async fn the_audit_reads_payments_in_chunks_and_misses_nothing_at_their_edges(ba
             .unwrap();
         assert_eq!(report.discrepancies, whole.discrepancies, "chunk {chunk}");
     }
+}
+
+/// Pays that come at once are written together (on PostgreSQL one statement
+/// for many, see `pay_batcher.rs`), and each is still all or nothing: a pay
+/// not covered or to no one writes nothing, and one actor's two pays are
+/// decided one after the other.
+async fn pays_made_at_once_each_move_their_own_money_or_none(backend: Backend) {
+    let Some((db, store)) = store_for(backend).await else {
+        return;
+    };
+    let mut users = Vec::new();
+    for i in 0..20 {
+        let user = store
+            .insert_user(&new_user(&format!("user{i}"), None, None))
+            .await
+            .unwrap();
+        ledger::deposit(store.as_ref(), &user.id, Amount::parse("10").unwrap())
+            .await
+            .unwrap();
+        users.push(user);
+    }
+    let (payers, payees) = users.split_at(10);
+    let to = |user: &tally::store::User| ledger::payments::TargetAddress::UserId(user.id.clone());
+    // (actor, target, amount): eight pays of 9.00 that fit, one actor's two
+    // pays of 6.00 of which one fits, 11.00 from 10.00, a pay to no account
+    // and one to an address no account has.
+    let mut attempts = Vec::new();
+    for (payer, payee) in payers.iter().zip(payees).take(6) {
+        attempts.push((payer, to(payee), "9"));
+    }
+    attempts.push((&payers[6], to(&payees[6]), "6"));
+    attempts.push((&payers[6], to(&payees[7]), "6"));
+    attempts.push((&payers[7], to(&payees[7]), "11"));
+    attempts.push((
+        &payers[8],
+        ledger::payments::TargetAddress::UserId(tally::domain::new_id()),
+        "1",
+    ));
+    let nobody = tally::domain::Email::parse("nobody@example.com").unwrap();
+    attempts.push((
+        &payers[9],
+        ledger::payments::TargetAddress::Email(nobody),
+        "2",
+    ));
+    let made = futures_util::future::join_all(attempts.iter().map(|(actor, target, amount)| {
+        let request = ledger::payments::PaymentRequest {
+            target: target.clone(),
+            amount: Amount::parse(amount).unwrap(),
+            note: tally::domain::Note::parse("at once").unwrap(),
+            audience: tally::domain::Audience::Private,
+            medium: tally::domain::Medium::Api,
+        };
+        ledger::payments::create(store.as_ref(), actor, request, None, now_micros())
+    }))
+    .await;
+    use ledger::payments::CreateError;
+    let mut created = Vec::new();
+    for (made, (actor, _, amount)) in made.iter().zip(&attempts).take(6) {
+        let made = made.as_ref().unwrap();
+        assert_eq!(
+            made.actor_balance.cents(),
+            100,
+            "{amount} from {}",
+            actor.username
+        );
+        created.push(made.payment.id.clone());
+    }
+    let twice = [&made[6], &made[7]];
+    let fitted: Vec<_> = twice.iter().filter_map(|m| m.as_ref().ok()).collect();
+    assert_eq!(fitted.len(), 1, "{twice:?}");
+    assert_eq!(fitted[0].actor_balance.cents(), 400);
+    created.push(fitted[0].payment.id.clone());
+    assert!(twice
+        .iter()
+        .any(|m| matches!(m, Err(CreateError::InsufficientFunds))));
+    assert!(
+        matches!(made[8], Err(CreateError::InsufficientFunds)),
+        "{:?}",
+        made[8]
+    );
+    assert!(
+        matches!(made[9], Err(CreateError::InvalidTarget(_))),
+        "{:?}",
+        made[9]
+    );
+    let to_address = made[10].as_ref().unwrap();
+    assert_eq!(to_address.actor_balance.cents(), 800);
+    assert_eq!(to_address.payment.target_user_id, None);
+    created.push(to_address.payment.id.clone());
+    // Nothing of the refused pays was written: each balance is its deposit
+    // less what its accepted pays hold, and the ledger agrees.
+    for (i, payer) in payers.iter().enumerate() {
+        let expected = match i {
+            0..=5 => 100,
+            6 => 400,
+            7 | 8 => 1000,
+            _ => 800,
+        };
+        let user = store
+            .find_user(UserKey::Id(&payer.id))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(user.balance_cents, expected, "{}", payer.username);
+    }
+    assert_eq!(
+        store.find_payments(&created).await.unwrap().len(),
+        created.len()
+    );
+    let report = ledger::audit::run(store.as_ref()).await.unwrap();
+    assert!(report.ok, "{:?}", report.discrepancies);
+    if let tally::config::DatabaseUrl::Postgres(url) = &db.url {
+        // Rows one transaction wrote share its id (xmin): pays that waited
+        // for the ones before them went in together.
+        use sqlx::Connection;
+        let mut conn = sqlx::PgConnection::connect(url).await.unwrap();
+        let transactions: i64 = sqlx::query_scalar(
+            "SELECT count(DISTINCT xmin::text) FROM payments WHERE id = ANY($1)",
+        )
+        .bind(&created)
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+        assert!(
+            transactions < i64::try_from(created.len()).unwrap(),
+            "{} pays in {transactions} transactions",
+            created.len()
+        );
+    }
+}
+
+/// A pay that fails for a reason of its own (here a payment id that is
+/// taken) fails alone: the pays written with it are still written.
+async fn a_pay_that_fails_its_batch_fails_alone(backend: Backend) {
+    let Some((_db, store)) = store_for(backend).await else {
+        return;
+    };
+    let mut users = Vec::new();
+    for i in 0..12 {
+        let user = store
+            .insert_user(&new_user(&format!("user{i}"), None, None))
+            .await
+            .unwrap();
+        ledger::deposit(store.as_ref(), &user.id, Amount::parse("10").unwrap())
+            .await
+            .unwrap();
+        users.push(user);
+    }
+    let (payers, payees) = users.split_at(6);
+    let taken = pay_four(
+        store.as_ref(),
+        &payers[0],
+        ledger::payments::TargetAddress::UserId(payees[0].id.clone()),
+    )
+    .await
+    .payment
+    .id;
+    let inserts: Vec<tally::store::PaymentInsert> = payers
+        .iter()
+        .zip(payees)
+        .enumerate()
+        .map(|(i, (payer, payee))| {
+            let now = now_micros();
+            let id = match i {
+                3 => taken.clone(),
+                _ => tally::domain::new_id(),
+            };
+            tally::store::PaymentInsert {
+                payment: tally::store::Payment {
+                    id,
+                    kind: tally::domain::PaymentKind::Payment,
+                    actor_id: Some(payer.id.clone()),
+                    target_type: tally::domain::TargetType::User,
+                    target_user_id: Some(payee.id.clone()),
+                    target_email: None,
+                    target_phone: None,
+                    action: tally::domain::PaymentAction::Pay,
+                    amount_cents: 100,
+                    note: "x".to_owned(),
+                    audience: tally::domain::Audience::Private,
+                    status: PaymentStatus::Pending,
+                    medium: tally::domain::Medium::Api,
+                    date_created: now,
+                    date_completed: None,
+                    reached_account_at: Some(now),
+                    refund_payment_id: None,
+                },
+                hold: Some(tally::store::Movement {
+                    id: tally::domain::new_id(),
+                    kind: EntryKind::Hold,
+                    from: payer.id.clone(),
+                    to: tally::store::accounts::HELD.to_owned(),
+                    cents: 100,
+                    at: now,
+                }),
+                idempotency: None,
+                check_target: true,
+            }
+        })
+        .collect();
+    let outcomes =
+        futures_util::future::join_all(inserts.iter().map(|insert| store.insert_payment(insert)))
+            .await;
+    for (i, outcome) in outcomes.iter().enumerate() {
+        match i {
+            3 => assert!(
+                matches!(outcome, Err(StoreError::Conflict(_))),
+                "{outcome:?}"
+            ),
+            _ => assert!(
+                matches!(
+                    outcome,
+                    Ok(tally::store::InsertOutcome::Created { actor_balance_cents, .. })
+                        if *actor_balance_cents == if i == 0 { 500 } else { 900 }
+                ),
+                "{i}: {outcome:?}"
+            ),
+        }
+    }
+    let payer = store
+        .find_user(UserKey::Id(&payers[3].id))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(payer.balance_cents, 1000);
+    let report = ledger::audit::run(store.as_ref()).await.unwrap();
+    assert!(report.ok, "{:?}", report.discrepancies);
 }
 
 async fn pay_four(

@@ -60,6 +60,14 @@ pub(super) trait Connections {
         F: for<'c> FnOnce(&'c mut <Db as sqlx::Database>::Connection) -> BatchFuture<'c, O>
             + Send
             + 'static;
+    /// Writes a new pay without an Idempotency-Key in one statement with the
+    /// pays queued beside it, where this backend does (PostgreSQL; SQLite's
+    /// writer already commits its writes together): `None` when it is to be
+    /// written alone.
+    async fn record_in_batch(
+        &self,
+        insert: &crate::store::PaymentInsert,
+    ) -> Result<Option<crate::store::payments::Recorded>, StoreError>;
     /// Begins a read transaction that sees one consistent snapshot.
     async fn snapshot(&self) -> Result<Tx, StoreError>;
     /// This store's count of committed revocations.

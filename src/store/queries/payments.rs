@@ -7,6 +7,7 @@ use super::{
     push_binds, Args, Connections, Db, ThisStore, AUDIT_SETTINGS, AUDIT_SUSPECTS_SETTINGS,
     CHARGE_SQL, HOLD_SQL, LOCK_SETTLED_TARGETS, SKIP_LOCKED, TO_ACCOUNT_SQL,
 };
+use crate::store::payments::Recorded;
 use crate::store::{AccountBalance, AuditSnapshot, LedgerSum, Movement, PaymentStore, StoreError};
 
 impl ThisStore {
@@ -269,19 +270,6 @@ impl ThisStore {
     }
 }
 
-/// What a new payment's statements did.
-enum Recorded {
-    /// The target account named by id does not exist; nothing was written.
-    NoSuchTarget,
-    /// The actor's balance afterwards (None: a pay was not covered, and
-    /// nothing was written), with the target account when the statements
-    /// read it.
-    Written {
-        actor_balance_cents: Option<i64>,
-        target: Option<Box<crate::store::User>>,
-    },
-}
-
 #[async_trait::async_trait]
 impl PaymentStore for ThisStore {
     #[tracing::instrument(skip_all, fields(payment_id = %insert.payment.id))]
@@ -311,6 +299,9 @@ impl PaymentStore for ThisStore {
             },
         };
         let Some(key) = &insert.idempotency else {
+            if let Some(recorded) = self.record_in_batch(insert).await? {
+                return Ok(outcome(recorded));
+            }
             // One trip: the statements are all or nothing by themselves.
             let statements = Self::payment_statements(insert)?;
             // Every row, so that each of SQLite's statements runs.

@@ -1,0 +1,282 @@
+//! Group commit of new pays on PostgreSQL: the pays that wait while others
+//! are being written go in together, as one statement (`PG_HOLDS_SQL`), so
+//! one round trip, one plan and one commit serve them all. Each is still all
+//! or nothing: a pay its actor's balance does not cover, or whose target is
+//! missing, writes nothing and leaves the others in.
+//!
+//! As SQLite's group writer does, a pay queued while fewer than
+//! [`MAX_LEADERS`] batches are being written leads: it takes what is queued
+//! (its own first) and writes it as a task of its own, then the pays queued
+//! meanwhile, until none is left; so while batches are being written, the
+//! pays that come queue for the next. Every pay of a batch that failed for
+//! something other than the database being unavailable is handed back to its
+//! caller to write alone with the one-pay statement (one bad pay must not fail
+//! the others).
+
+use super::payments::{Recorded, PG_HOLDS_SQL};
+use super::pool::Lender;
+use super::{PaymentInsert, RecordedToAccount, StoreError};
+use sqlx::{Postgres, Row};
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::{Arc, Mutex, PoisonError};
+use tokio::sync::oneshot;
+
+/// The most pays one statement writes: their actors' rows stay locked until
+/// it commits.
+const MAX_BATCH: usize = 64;
+/// Batches written at once. Two keep the database busy while the answers of
+/// the one before are read and the next is sent.
+const MAX_LEADERS: usize = 2;
+
+/// What a queued pay is told.
+pub(crate) enum Batched {
+    Recorded(Recorded),
+    /// Write it alone.
+    Alone,
+}
+
+type Answer = oneshot::Sender<Result<Batched, StoreError>>;
+
+struct QueuedPay {
+    insert: PaymentInsert,
+    answer: Answer,
+}
+
+#[derive(Default)]
+struct PayQueue {
+    pays: VecDeque<QueuedPay>,
+    /// Batches being written by leaders, each of which takes what is queued
+    /// before it stops.
+    leaders: usize,
+}
+
+pub(crate) struct PayBatcher {
+    statements: Arc<Lender<Postgres>>,
+    queue: Mutex<PayQueue>,
+}
+
+/// A leader's turn. If it ends early (a panic, or its runtime shutting down)
+/// and no other leader is left, the pays still queued are dropped, so their
+/// callers answer 503 instead of waiting.
+struct Leading<'a> {
+    batcher: &'a PayBatcher,
+    finished: bool,
+}
+
+impl Drop for Leading<'_> {
+    fn drop(&mut self) {
+        if !self.finished {
+            let mut queue = self.batcher.lock_queue();
+            queue.leaders -= 1;
+            if queue.leaders == 0 {
+                queue.pays.clear();
+            }
+        }
+    }
+}
+
+impl PayBatcher {
+    pub(crate) fn new(statements: Arc<Lender<Postgres>>) -> Self {
+        Self {
+            statements,
+            queue: Mutex::default(),
+        }
+    }
+
+    /// Writes `insert`, a pay without an Idempotency-Key, in a batch with the
+    /// pays queued beside it, or says to write it alone.
+    pub(crate) async fn pay(
+        self: &Arc<Self>,
+        insert: &PaymentInsert,
+    ) -> Result<Batched, StoreError> {
+        if !batchable(insert) {
+            return Ok(Batched::Alone);
+        }
+        let (answer, answered) = oneshot::channel();
+        let leads = {
+            let mut queue = self.lock_queue();
+            queue.pays.push_back(QueuedPay {
+                insert: insert.clone(),
+                answer,
+            });
+            let leads = queue.leaders < MAX_LEADERS;
+            if leads {
+                queue.leaders += 1;
+            }
+            leads
+        };
+        if leads {
+            // A task of its own: a request that goes away cannot stop a batch
+            // half-way, nor leave the pays queued behind it unanswered.
+            tokio::spawn(self.clone().write_queued());
+        }
+        answered.await.map_err(|_| {
+            StoreError::Unavailable(sqlx::Error::Protocol(
+                "the pay batch could not run this pay".to_owned(),
+            ))
+        })?
+    }
+
+    async fn write_queued(self: Arc<Self>) {
+        let mut leading = Leading {
+            batcher: &self,
+            finished: false,
+        };
+        loop {
+            let batch = {
+                let mut queue = self.lock_queue();
+                if queue.pays.is_empty() {
+                    queue.leaders -= 1;
+                    leading.finished = true;
+                    return;
+                }
+                take_batch(&mut queue.pays)
+            };
+            self.write(batch).await;
+        }
+    }
+
+    /// Writes a batch and answers each of its pays.
+    async fn write(&self, batch: Vec<QueuedPay>) {
+        let rows = match self.statements.lease().await {
+            Ok(mut conn) => holds_statement(&batch).fetch_all(&mut *conn).await,
+            Err(error) => Err(error),
+        };
+        let rows = match rows {
+            Ok(rows) => rows,
+            Err(error) => {
+                let error = StoreError::from(error);
+                let unavailable = error.is_transient();
+                if !unavailable {
+                    if let Some(suppressed) = crate::log_throttle::admit("a pay batch failed") {
+                        tracing::warn!(%error, suppressed, pays = batch.len(), "a pay batch failed; writing its pays one by one");
+                    }
+                }
+                let message = error.to_string();
+                for pay in batch {
+                    let answer = match unavailable {
+                        true => Err(StoreError::Unavailable(sqlx::Error::Protocol(
+                            message.clone(),
+                        ))),
+                        false => Ok(Batched::Alone),
+                    };
+                    let _ = pay.answer.send(answer);
+                }
+                return;
+            }
+        };
+        let mut by_pay: HashMap<String, sqlx::postgres::PgRow> = HashMap::with_capacity(rows.len());
+        for row in rows {
+            match row.try_get::<String, _>("pay_id") {
+                Ok(id) => {
+                    by_pay.insert(id, row);
+                }
+                Err(error) => tracing::error!(%error, "a pay batch answered a row without its pay"),
+            }
+        }
+        for pay in batch {
+            let recorded = match by_pay.get(&pay.insert.payment.id) {
+                Some(row) => recorded(&pay.insert, row),
+                None => Err(StoreError::Unexpected(anyhow::anyhow!(
+                    "a pay batch did not answer for payment {}",
+                    pay.insert.payment.id
+                ))),
+            };
+            // The caller may have gone; the pay stands all the same.
+            let _ = pay.answer.send(recorded.map(Batched::Recorded));
+        }
+    }
+
+    fn lock_queue(&self) -> std::sync::MutexGuard<'_, PayQueue> {
+        self.queue.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Whether `PG_HOLDS_SQL` writes `insert` as the one-pay statements would: a
+/// pay without a key whose hold moves its amount from its actor at its time.
+/// The one-pay statements refuse any other hold; they are left to say so.
+fn batchable(insert: &PaymentInsert) -> bool {
+    let p = &insert.payment;
+    insert.idempotency.is_none()
+        && insert.hold.as_ref().is_some_and(|hold| {
+            p.actor_id.as_deref() == Some(hold.from.as_str())
+                && hold.cents == p.amount_cents
+                && hold.at == p.date_created
+        })
+}
+
+/// The next batch: the first queued pay of each actor, in queue order, up to
+/// [`MAX_BATCH`]; an actor's later pays wait for a later batch, so they are
+/// written in the order they came.
+fn take_batch(queued: &mut VecDeque<QueuedPay>) -> Vec<QueuedPay> {
+    let mut actors = HashSet::new();
+    let mut batch = Vec::new();
+    let mut rest = VecDeque::with_capacity(queued.len());
+    for pay in queued.drain(..) {
+        let actor = pay.insert.payment.actor_id.clone();
+        if batch.len() < MAX_BATCH && actors.insert(actor) {
+            batch.push(pay);
+        } else {
+            rest.push_back(pay);
+        }
+    }
+    *queued = rest;
+    batch
+}
+
+/// `PG_HOLDS_SQL` with the batch's pays bound, a column at a time.
+fn holds_statement(
+    batch: &[QueuedPay],
+) -> sqlx::query::Query<'static, Postgres, sqlx::postgres::PgArguments> {
+    let pays = || batch.iter().map(|pay| &pay.insert);
+    let text = |f: fn(&PaymentInsert) -> String| pays().map(f).collect::<Vec<String>>();
+    let maybe_text =
+        |f: fn(&PaymentInsert) -> Option<String>| pays().map(f).collect::<Vec<Option<String>>>();
+    let maybe_int =
+        |f: fn(&PaymentInsert) -> Option<i64>| pays().map(f).collect::<Vec<Option<i64>>>();
+    let hold = |f: fn(&super::Movement) -> String| {
+        pays()
+            .map(|i| i.hold.as_ref().map(f))
+            .collect::<Vec<Option<String>>>()
+    };
+    sqlx::query(PG_HOLDS_SQL)
+        .bind(text(|i| i.payment.id.clone()))
+        .bind(text(|i| i.payment.kind.as_str().to_owned()))
+        .bind(maybe_text(|i| i.payment.actor_id.clone()))
+        .bind(text(|i| i.payment.target_type.as_str().to_owned()))
+        .bind(maybe_text(|i| i.payment.target_user_id.clone()))
+        .bind(maybe_text(|i| i.payment.target_email.clone()))
+        .bind(maybe_text(|i| i.payment.target_phone.clone()))
+        .bind(text(|i| i.payment.action.as_str().to_owned()))
+        .bind(pays().map(|i| i.payment.amount_cents).collect::<Vec<i64>>())
+        .bind(text(|i| i.payment.note.clone()))
+        .bind(text(|i| i.payment.audience.as_str().to_owned()))
+        .bind(text(|i| i.payment.status.as_str().to_owned()))
+        .bind(text(|i| i.payment.medium.as_str().to_owned()))
+        .bind(pays().map(|i| i.payment.date_created).collect::<Vec<i64>>())
+        .bind(maybe_int(|i| i.payment.date_completed))
+        .bind(maybe_int(|i| i.payment.reached_account_at))
+        .bind(maybe_text(|i| i.payment.refund_payment_id.clone()))
+        .bind(hold(|h| h.id.clone()))
+        .bind(hold(|h| h.to.clone()))
+        .bind(hold(|h| h.kind.as_str().to_owned()))
+        .bind(pays().map(|i| i.check_target).collect::<Vec<bool>>())
+}
+
+/// What the batch did for one pay, read from its row.
+fn recorded(insert: &PaymentInsert, row: &sqlx::postgres::PgRow) -> Result<Recorded, StoreError> {
+    if insert.check_target {
+        if row.try_get::<Option<String>, _>("id")?.is_none() {
+            return Ok(Recorded::NoSuchTarget);
+        }
+        let read: RecordedToAccount = sqlx::FromRow::from_row(row)?;
+        return Ok(Recorded::Written {
+            actor_balance_cents: read.actor_balance_cents,
+            target: Some(Box::new(read.target)),
+        });
+    }
+    Ok(Recorded::Written {
+        actor_balance_cents: row.try_get("actor_balance_cents")?,
+        target: None,
+    })
+}
