@@ -101,50 +101,27 @@ pub(crate) const PG_CHARGE_SQL: &str = concat!(
      SELECT balance_cents FROM users WHERE id = $3"
 );
 
-/// Many pays in one statement (PostgreSQL's pay batches, see
+/// Many pays in one round trip (PostgreSQL's pay batches, see
 /// `pay_batcher.rs`), each all or nothing as `PG_HOLD_SQL` and
-/// `PG_HOLD_TO_ACCOUNT_SQL` make one: `$1`..`$17` are arrays of the payment
-/// rows' columns in `PAYMENT_COLUMNS` order, `$18`..`$20` of their holds'
-/// movement ids, credited accounts and kinds, `$21` of whether the target
-/// account was named by id and not read. No two pays have one actor. The
-/// actors' rows are locked first, in id order, as every other transaction that
-/// moves money locks users, so batches cannot deadlock with each other or with
-/// settlements. One row per pay: its id (`pay_id`), the actor's balance after
-/// it (NULL when nothing was written: not covered, or no such target), and,
-/// when `$21`, the target account's columns (NULL when there is none).
+/// `PG_HOLD_TO_ACCOUNT_SQL` make one: the migration's `pay_batch` function
+/// locks the actors' rows and writes the pays (it says why in two
+/// statements). `$1`..`$17` are arrays of the payment rows' columns in
+/// `PAYMENT_COLUMNS` order, `$18`..`$20` of their holds' movement ids,
+/// credited accounts and kinds, `$21` of whether the target account was named
+/// by id and not read. One row per pay: its id (`pay_id`), the actor's balance
+/// after it (NULL when nothing was written: not covered, or no such target),
+/// and, when `$21`, the target account's columns (NULL when there is none).
 pub(crate) const PG_HOLDS_SQL: &str = concat!(
-    "WITH p AS (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], \
-       $5::text[], $6::text[], $7::text[], $8::text[], $9::int8[], $10::text[], $11::text[], \
-       $12::text[], $13::text[], $14::int8[], $15::int8[], $16::int8[], $17::text[], \
-       $18::text[], $19::text[], $20::text[], $21::bool[]) AS p (",
-    payment_columns!(),
-    ", hold_id, hold_account, hold_kind, check_target)), \
-     locked AS (SELECT id FROM users WHERE id IN (SELECT actor_id FROM p) \
-       ORDER BY id FOR NO KEY UPDATE), \
-     debit AS (UPDATE users SET balance_cents = users.balance_cents - p.amount_cents FROM p \
-       WHERE users.id = p.actor_id AND users.id IN (SELECT id FROM locked) \
-         AND users.balance_cents >= p.amount_cents \
-         AND (NOT p.check_target OR EXISTS (SELECT 1 FROM users t WHERE t.id = p.target_user_id)) \
-       RETURNING p.id, users.balance_cents), \
-     made AS (INSERT INTO payments (",
-    payment_columns!(),
-    ") SELECT ",
-    payment_columns!(),
-    " FROM p JOIN debit USING (id) RETURNING id), \
-     hold AS (INSERT INTO ledger_entries \
-       (movement_id, kind, account, amount_cents, payment_id, created_at) \
-       SELECT p.hold_id, p.hold_kind, e.account, e.cents, p.id, p.date_created \
-       FROM made JOIN p USING (id) CROSS JOIN LATERAL \
-         (VALUES (p.actor_id, -p.amount_cents), (p.hold_account, p.amount_cents)) \
-         AS e (account, cents)), \
-     parties AS (INSERT INTO payment_parties (user_id, date_created, payment_id) \
-       SELECT u.id, p.date_created, p.id FROM made JOIN p USING (id) \
-       CROSS JOIN LATERAL (VALUES (p.actor_id), (p.target_user_id)) AS u (id) \
-       WHERE u.id IS NOT NULL ON CONFLICT DO NOTHING) \
-     SELECT p.id AS pay_id, debit.balance_cents AS actor_balance_cents, t.* \
-     FROM p LEFT JOIN debit USING (id) LEFT JOIN LATERAL (SELECT ",
+    "SELECT b.pay_id, b.actor_balance_cents, t.* \
+     FROM pay_batch($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], \
+       $7::text[], $8::text[], $9::int8[], $10::text[], $11::text[], $12::text[], $13::text[], \
+       $14::int8[], $15::int8[], $16::int8[], $17::text[], $18::text[], $19::text[], \
+       $20::text[], $21::bool[]) AS b \
+     JOIN unnest($1::text[], $5::text[], $21::bool[]) AS q (id, target_user_id, check_target) \
+       ON q.id = b.pay_id \
+     LEFT JOIN LATERAL (SELECT ",
     super::sql::user_columns!(),
-    " FROM users WHERE p.check_target AND users.id = p.target_user_id) AS t ON true"
+    " FROM users WHERE q.check_target AND users.id = q.target_user_id) AS t ON true"
 );
 
 /// On SQLite, the statements of a write that the group writer runs (the
