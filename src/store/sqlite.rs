@@ -105,6 +105,7 @@ impl SqliteStore {
             .connect_with(
                 options
                     .clone()
+                    .thread_name(|_| "sqlite-writer".to_owned())
                     .pragma("wal_autocheckpoint", WRITER_AUTOCHECKPOINT_PAGES)
                     // Each write's savepoint keeps the pages it changes in a
                     // sub-journal, which SQLite moves to a temporary file past
@@ -117,10 +118,16 @@ impl SqliteStore {
         // for, does not spend its time on it.
         let checkpointer = SqlitePoolOptions::new()
             .max_connections(1)
-            .connect_lazy_with(options.clone());
+            .connect_lazy_with(
+                options
+                    .clone()
+                    .thread_name(|_| "sqlite-checkpoint".to_owned()),
+            );
         // Each reader is a thread of its own running statements: two per core
         // keep every core busy without queueing threads for the CPU.
-        let options = options.read_only(true);
+        let options = options
+            .read_only(true)
+            .thread_name(|n| format!("sqlite-reader-{n}"));
         let readers = Lender::new(
             options.clone(),
             connections_per_core(2, 2, 8),
