@@ -89,7 +89,7 @@ impl Principal {
             .ok_or_else(|| ApiError::Unexpected(anyhow::anyhow!("application state missing")))?;
         let store = state.store.as_ref();
         let found = if with_friends_count {
-            oauth::tokens::introspect_with_friends_count(store, &token)
+            oauth::tokens::introspect_with_friends_count(store, &state.token_cache, &token)
                 .await
                 .map(|(active, count)| (active, Some(count)))
         } else {

@@ -128,21 +128,41 @@ pub async fn introspect(
     check(kind, record)
 }
 
-/// `introspect`, with the count of the user's friends read in the same
-/// statement (for `/me`).
+/// `introspect`, with the count of the user's friends (for `/me`). The user's
+/// row and the count are always read as of the request; the token's check is
+/// remembered as `introspect` remembers it, so a token checked a moment ago
+/// costs a read of its user by primary key instead of the four-table join.
 #[tracing::instrument(skip_all)]
 pub async fn introspect_with_friends_count(
     store: &dyn Store,
+    cache: &TokenCache,
     token: &str,
 ) -> Result<(ActiveToken, i64), IntrospectError> {
     let kind = claimed_kind(token).ok_or(IntrospectError::Invalid)?;
-    let record = store
-        .find_token_with_friends_count(&credentials::digest(token))
-        .await?;
+    let digest = credentials::digest(token);
+    let epoch = store.revocation_epoch();
+    if let Some(remembered) = cache.get(&digest, epoch) {
+        let found = store
+            .find_user_with_friends_count(&remembered.value.user.id)
+            .await?;
+        let Some((user, friends_count)) = found else {
+            return Err(IntrospectError::Invalid);
+        };
+        let record = TokenRecord {
+            user,
+            ..remembered.value.clone()
+        };
+        return Ok((check(kind, Some(record))?, friends_count));
+    }
+    let read_at = Instant::now();
+    let record = store.find_token_with_friends_count(&digest).await?;
     let friends_count = record
         .as_ref()
         .and_then(|r| r.friends_count)
         .unwrap_or_default();
+    if let Some(record) = &record {
+        cache.put(digest, record.clone(), read_at, epoch);
+    }
     Ok((check(kind, record)?, friends_count))
 }
 

@@ -288,4 +288,28 @@ impl UserStore for ThisStore {
         .fetch_one(&mut *self.lease().await?)
         .await?)
     }
+
+    #[tracing::instrument(skip_all)]
+    async fn find_user_with_friends_count(
+        &self,
+        user_id: &str,
+    ) -> Result<Option<(User, i64)>, StoreError> {
+        #[derive(sqlx::FromRow)]
+        struct Found {
+            #[sqlx(flatten)]
+            user: User,
+            friends_count: i64,
+        }
+        const SQL: &str = concat!(
+            "SELECT ",
+            crate::store::sql::user_columns!(),
+            ", (SELECT CAST(COUNT(*) AS BIGINT) FROM friendships f WHERE f.user_id = users.id) \
+             AS friends_count FROM users WHERE id = $1"
+        );
+        let found = sqlx::query_as::<_, Found>(SQL)
+            .bind(user_id)
+            .fetch_optional(&mut *self.lease().await?)
+            .await?;
+        Ok(found.map(|f| (f.user, f.friends_count)))
+    }
 }
