@@ -210,8 +210,7 @@ fn token_select(digest_param: u8, with_friends_count: bool) -> String {
         .map(|c| format!("u.{}", c.trim()))
         .collect();
     let friends_count = if with_friends_count {
-        ", (SELECT CAST(COUNT(*) AS BIGINT) FROM friendships f WHERE f.user_id = u.id) \
-         AS friends_count"
+        ", u.friends_count"
     } else {
         ""
     };

@@ -119,8 +119,6 @@ pub trait UserStore: Send + Sync {
         limit: i64,
     ) -> Result<Vec<User>, StoreError>;
 
-    async fn count_friends(&self, user_id: &str) -> Result<i64, StoreError>;
-
     /// A user by id with the count of its friends, in one statement (`/me`
     /// when its token's check is remembered).
     async fn find_user_with_friends_count(

@@ -398,8 +398,8 @@ async fn search_through_its_index_answers_as_reading_every_user_would(backend: B
         .contains(&"u-frank".to_owned()));
 }
 
-/// `/me` reads its user and friend count with the token, in one statement:
-/// still the current balance and count, never an earlier read's. Friends pages
+/// `/me` reads its user and friend count (kept on the user's row) in one
+/// statement: still the current balance and count, never an earlier read's. Friends pages
 /// and one's own profile need no second look-up of the user.
 async fn me_and_friends_answer_from_the_rows_as_they_are_now(backend: Backend) {
     let Some(app) = TestApp::spawn(backend).await else {
@@ -444,6 +444,37 @@ async fn me_and_friends_answer_from_the_rows_as_they_are_now(backend: Backend) {
     app.get("/users/nobody/friends?after=zzz", &ann.token)
         .await
         .error(404, "not_found");
+
+    // The count is kept by the database itself: friendships written or
+    // removed by plain SQL (a bulk load, an operator) count as well.
+    let dan = person(store, "dan", "0").await;
+    crate::store_conformance::tamper(
+        &app.db,
+        &format!(
+            "INSERT INTO friendships (user_id, friend_id, created_at) \
+             VALUES ('{ann}', '{dan}', 1), ('{dan}', '{ann}', 1)",
+            ann = ann.id,
+            dan = dan.id
+        ),
+    )
+    .await;
+    let friends_count = |token: String| {
+        let app = &app;
+        async move { app.get("/me", &token).await.ok()["user"]["friends_count"].clone() }
+    };
+    assert_eq!(friends_count(ann.token.clone()).await, 2);
+    assert_eq!(friends_count(dan.token.clone()).await, 1);
+    crate::store_conformance::tamper(
+        &app.db,
+        &format!(
+            "DELETE FROM friendships WHERE user_id = '{ann}' AND friend_id = '{bob}'",
+            ann = ann.id,
+            bob = bob.id
+        ),
+    )
+    .await;
+    assert_eq!(friends_count(ann.token.clone()).await, 1);
+    assert_eq!(friends_count(bob.token.clone()).await, 1);
 }
 
 pub fn urlencode(text: &str) -> String {

@@ -279,16 +279,6 @@ impl UserStore for ThisStore {
             .await?)
     }
 
-    #[tracing::instrument(skip_all, fields(user_id))]
-    async fn count_friends(&self, user_id: &str) -> Result<i64, StoreError> {
-        Ok(sqlx::query_scalar::<_, i64>(
-            "SELECT CAST(COUNT(*) AS BIGINT) FROM friendships WHERE user_id = $1",
-        )
-        .bind(user_id)
-        .fetch_one(&mut *self.lease().await?)
-        .await?)
-    }
-
     #[tracing::instrument(skip_all)]
     async fn find_user_with_friends_count(
         &self,
@@ -303,8 +293,7 @@ impl UserStore for ThisStore {
         const SQL: &str = concat!(
             "SELECT ",
             crate::store::sql::user_columns!(),
-            ", (SELECT CAST(COUNT(*) AS BIGINT) FROM friendships f WHERE f.user_id = users.id) \
-             AS friends_count FROM users WHERE id = $1"
+            ", friends_count FROM users WHERE id = $1"
         );
         let found = sqlx::query_as::<_, Found>(SQL)
             .bind(user_id)
