@@ -16,6 +16,9 @@ pub const PAGE_LIMIT_FILE_VARIABLE: &str = "TALLY_TEST_SQLITE_PAGE_LIMIT_FILE";
 /// SQLite's own largest page count: "no limit".
 const NO_PAGE_LIMIT: u32 = 4_294_967_294;
 
+/// How long readiness waits for the writer to probe it.
+const READINESS_WRITER_WAIT: Duration = Duration::from_millis(250);
+
 /// How long readiness reports a writer that was found broken.
 const WRITER_FAILURE_SHOWN_FOR: Duration = Duration::from_secs(5);
 
@@ -172,15 +175,16 @@ impl queries::Connections for SqliteStore {
         Ok(())
     }
 
-    /// Ready when a reader answers and the writer can write: it was not just
-    /// found broken and, when idle, it can take the write lock and room for a
-    /// row (the probe is rolled back). A writer busy with a write is working,
-    /// so readiness never queues behind the writes it would slow down.
     /// Nothing to do: SQLite connections run on threads of their own.
     async fn open_connections(&self) -> Result<(), StoreError> {
         Ok(())
     }
 
+    /// Ready when a reader answers and the writer can write: it was not just
+    /// found broken and, when it is free within [`READINESS_WRITER_WAIT`], it
+    /// can take the write lock and room for a row (the probe is rolled back).
+    /// A writer busy for all that wait is working, so readiness never queues
+    /// long behind the writes it would slow down.
     async fn ready(&self) -> Result<(), StoreError> {
         sqlx::query("SELECT 1")
             .execute(&mut *self.readers.lease().await?)
@@ -190,9 +194,15 @@ impl queries::Connections for SqliteStore {
                 "the SQLite writer failed a moment ago".to_owned(),
             )));
         }
-        let Some(mut writer) = self.writer.try_acquire() else {
+        // A writer that stays busy for the whole wait is writing, and counts as
+        // working; one that frees up soon is probed, so a write that held it a
+        // moment (a settlement round failing on a full disk, say) cannot hide
+        // that no write can succeed.
+        let Ok(writer) = tokio::time::timeout(READINESS_WRITER_WAIT, self.writer.acquire()).await
+        else {
             return Ok(());
         };
+        let mut writer = writer?;
         let mut tx = writer.begin_with("BEGIN IMMEDIATE").await?;
         self.apply_page_limit(&mut tx).await?;
         sqlx::query(
