@@ -104,8 +104,8 @@ pub(crate) const PG_CHARGE_SQL: &str = concat!(
 /// Many pays in one round trip (PostgreSQL's pay batches, see
 /// `pay_batcher.rs`), each all or nothing as `PG_HOLD_SQL` and
 /// `PG_HOLD_TO_ACCOUNT_SQL` make one: the migration's `pay_batch` function
-/// locks the actors' rows and writes the pays (it says why in two
-/// statements). `$1`..`$17` are arrays of the payment rows' columns in
+/// locks the actors' rows, then writes the pays in a second statement (the
+/// migration says why). `$1`..`$17` are arrays of the payment rows' columns in
 /// `PAYMENT_COLUMNS` order, `$18`..`$20` of their holds' movement ids,
 /// credited accounts and kinds, `$21` of whether the target account was named
 /// by id and not read. One row per pay: its id (`pay_id`), the actor's balance
