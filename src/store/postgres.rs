@@ -147,10 +147,13 @@ const TO_ACCOUNT_SQL: (&str, &str) = (
     super::payments::PG_CHARGE_TO_ACCOUNT_SQL,
 );
 /// A settlement batch first locks the accounts it credits in id order, as every
-/// other transaction that moves money does, so two cannot deadlock.
+/// other transaction that moves money does, so two cannot deadlock. Each
+/// account once: a join would lock an account paid twice in the batch twice,
+/// and the second lock of a row that changed meanwhile queues behind whoever
+/// waits for the first (a deadlock when that row also has a key-share lock).
 const LOCK_SETTLED_TARGETS: Option<(&str, &str)> = Some((
-    "SELECT u.id FROM users u JOIN payments p ON p.target_user_id = u.id WHERE p.id IN (",
-    ") ORDER BY u.id FOR NO KEY UPDATE OF u",
+    "SELECT id FROM users WHERE id IN (SELECT target_user_id FROM payments WHERE id IN (",
+    ")) ORDER BY id FOR NO KEY UPDATE",
 ));
 
 /// The audit's snapshot: room to sum 100,000s of accounts by hash, not on

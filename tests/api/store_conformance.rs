@@ -1257,3 +1257,120 @@ pub async fn tamper(db: &TestDb, sql: &str) {
         }
     }
 }
+
+/// A settlement batch crediting one account for two pays, and a pay from
+/// that account, both waiting on the same changed row (with a key-share lock
+/// on it, as a payment's foreign key takes): both go through, neither is
+/// picked as a deadlock victim. Staged step by step with held transactions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_settlement_and_a_pay_waiting_on_one_changed_account_both_go_through() {
+    use sqlx::{Connection, Executor};
+    let Some((db, store)) = store_for(Backend::Postgres).await else {
+        return;
+    };
+    let tally::config::DatabaseUrl::Postgres(url) = &db.url else {
+        unreachable!("a PostgreSQL test database");
+    };
+    let ann = store
+        .insert_user(&new_user("ann", None, None))
+        .await
+        .unwrap();
+    let bob = store
+        .insert_user(&new_user("bob", None, None))
+        .await
+        .unwrap();
+    for user in [&ann, &bob] {
+        ledger::deposit(store.as_ref(), &user.id, Amount::parse("20").unwrap())
+            .await
+            .unwrap();
+    }
+    let to_bob = ledger::payments::TargetAddress::UserId(bob.id.clone());
+    let batch: Vec<tally::store::Settlement> = [
+        pay_four(store.as_ref(), &ann, to_bob.clone()).await.payment,
+        pay_four(store.as_ref(), &ann, to_bob).await.payment,
+    ]
+    .iter()
+    .map(|p| tally::store::Settlement {
+        payment_id: p.id.clone(),
+        movement_id: tally::domain::new_id(),
+    })
+    .collect();
+
+    let mut key_share = sqlx::PgConnection::connect(url).await.unwrap();
+    let mut updater = sqlx::PgConnection::connect(url).await.unwrap();
+    let mut watcher = sqlx::PgConnection::connect(url).await.unwrap();
+    let bob_sql = |sql: &str| sql.replace("$bob", &format!("'{}'", bob.id));
+    key_share.execute("BEGIN").await.unwrap();
+    key_share
+        .execute(bob_sql("SELECT 1 FROM users WHERE id = $bob FOR KEY SHARE").as_str())
+        .await
+        .unwrap();
+    updater.execute("BEGIN").await.unwrap();
+    updater
+        .execute(bob_sql("UPDATE users SET about = about WHERE id = $bob").as_str())
+        .await
+        .unwrap();
+
+    let settlement = tokio::spawn({
+        let store = store.clone();
+        async move { store.settle_payments(&batch, now_micros()).await }
+    });
+    waiting_on_locks(&mut watcher, 1).await;
+    let pay_from_bob = tokio::spawn({
+        let store = store.clone();
+        let (ann, bob) = (ann.clone(), bob.clone());
+        async move {
+            let request = ledger::payments::PaymentRequest {
+                target: ledger::payments::TargetAddress::UserId(ann.id.clone()),
+                amount: Amount::parse("4").unwrap(),
+                note: tally::domain::Note::parse("x").unwrap(),
+                audience: tally::domain::Audience::Private,
+                medium: tally::domain::Medium::Api,
+            };
+            ledger::payments::create(store.as_ref(), &bob, request, None, now_micros()).await
+        }
+    });
+    waiting_on_locks(&mut watcher, 2).await;
+    updater.execute("COMMIT").await.unwrap();
+    // Past PostgreSQL's deadlock_timeout (1 s), so a deadlock would be found.
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    key_share.execute("COMMIT").await.unwrap();
+
+    let within = std::time::Duration::from_secs(10);
+    let settled = tokio::time::timeout(within, settlement)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(settled.expect("the settlement went through").len(), 2);
+    tokio::time::timeout(within, pay_from_bob)
+        .await
+        .unwrap()
+        .unwrap()
+        .expect("the pay went through");
+    let bob_now = store
+        .find_user(UserKey::Id(&bob.id))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(bob_now.balance_cents, 2000 + 800 - 400);
+    let report = ledger::audit::run(store.as_ref()).await.unwrap();
+    assert!(report.ok, "{:?}", report.discrepancies);
+}
+
+/// Waits (boundedly) until `n` transactions of this database wait on a lock.
+async fn waiting_on_locks(watcher: &mut sqlx::PgConnection, n: i64) {
+    for _ in 0..200 {
+        let waiting: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM pg_stat_activity \
+             WHERE datname = current_database() AND wait_event_type = 'Lock'",
+        )
+        .fetch_one(&mut *watcher)
+        .await
+        .unwrap();
+        if waiting >= n {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    panic!("{n} transactions never waited on a lock");
+}
