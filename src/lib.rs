@@ -14,6 +14,7 @@ pub mod limits;
 pub mod log_throttle;
 pub mod mailer;
 pub mod oauth;
+pub mod scheduling;
 pub mod startup;
 pub mod state;
 pub mod store;

@@ -1,8 +1,9 @@
-//! Argon2id password hashes, computed on a few dedicated low-priority threads
-//! (not tokio's blocking pool), so sign-in storms cannot starve the API: the
-//! async workers never run a hash, and the scheduler favours them over the
-//! hashing threads when the CPU is short. Each thread keeps its 19 MiB of argon2
-//! memory and reuses it for every hash.
+//! Argon2id password hashes, computed on a few dedicated threads (not tokio's
+//! blocking pool) that run only when nothing else wants the CPU (SCHED_IDLE,
+//! see `scheduling`), so sign-in storms cannot starve the API: the async
+//! workers never run a hash, and any of them that wakes takes the CPU from
+//! one. Each thread keeps its 19 MiB of argon2 memory and reuses it for every
+//! hash.
 
 use crate::domain::Password;
 use argon2::password_hash::{rand_core::OsRng, Output, PasswordHash, SaltString};
@@ -15,11 +16,6 @@ use tokio::sync::oneshot;
 fn params() -> Params {
     Params::new(19 * 1024, 2, 1, None).unwrap_or_default()
 }
-
-/// How much nicer than the API the hashing threads are (Linux nice value, the
-/// most there is): they get the CPU the API leaves (about 1.5% of a core the
-/// API also wants), so a busy API slows sign-ins, never the reverse.
-const HASHING_NICENESS: i32 = 19;
 
 /// A real hash of a random password, checked when the user is unknown so that
 /// the answer takes as long as for a known user.
@@ -176,7 +172,8 @@ impl PasswordHasher {
 }
 
 fn run_hashing_thread(queue: &Mutex<mpsc::Receiver<Job>>) {
-    lower_priority();
+    // The API takes the CPU from a hash whenever it wants it.
+    crate::scheduling::run_only_when_idle();
     let mut memory = Vec::new();
     loop {
         let job = match queue.lock() {
@@ -200,18 +197,6 @@ fn run_hashing_thread(queue: &Mutex<mpsc::Receiver<Job>>) {
         }
     }
 }
-
-#[cfg(target_os = "linux")]
-fn lower_priority() {
-    // On Linux a thread id names just this thread.
-    let me = rustix::thread::gettid();
-    if let Err(error) = rustix::process::setpriority_process(Some(me), HASHING_NICENESS) {
-        tracing::warn!(%error, "cannot lower the priority of the password hashing thread");
-    }
-}
-
-#[cfg(not(target_os = "linux"))]
-fn lower_priority() {}
 
 #[cfg(test)]
 mod tests {

@@ -135,3 +135,40 @@ async fn with_a_certificate_the_server_speaks_https() {
     let plain = reqwest::get(app.url("/healthz").replace("https://", "http://")).await;
     assert!(plain.map(|r| !r.status().is_success()).unwrap_or(true));
 }
+
+/// `tally serve` runs its password hashing threads as SCHED_IDLE (any other
+/// thread takes the CPU from them) and every other thread as usual
+/// (SCHED_OTHER), as the kernel reports them.
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_server_hashes_passwords_only_when_the_cpu_is_idle() {
+    const SCHED_OTHER: &str = "0";
+    const SCHED_IDLE: &str = "5";
+    let Some(db) = crate::helpers::TestDb::new(Backend::Sqlite).await else {
+        return;
+    };
+    let server = ServeProcess::start(&db.url_string(), &[]);
+    let mut policies = std::collections::BTreeMap::<String, String>::new();
+    for task in std::fs::read_dir(format!("/proc/{}/task", server.pid())).unwrap() {
+        let path = task.unwrap().path();
+        let name = std::fs::read_to_string(path.join("comm")).unwrap();
+        let stat = std::fs::read_to_string(path.join("stat")).unwrap();
+        // Field 41 is the policy; the fields after the name start at 3.
+        let after_name = &stat[stat.rfind(") ").unwrap() + 2..];
+        let policy = after_name.split(' ').nth(41 - 3).unwrap().to_owned();
+        policies.insert(format!("{} {}", name.trim(), path.display()), policy);
+    }
+    let hashing: Vec<_> = policies
+        .iter()
+        .filter(|(name, _)| name.starts_with("tally-argon2"))
+        .collect();
+    assert!(!hashing.is_empty(), "{policies:?}");
+    for (name, policy) in &policies {
+        let wanted = match name.starts_with("tally-argon2") {
+            true => SCHED_IDLE,
+            false => SCHED_OTHER,
+        };
+        assert_eq!(policy, wanted, "{name}: {policies:?}");
+    }
+    server.stop();
+}
