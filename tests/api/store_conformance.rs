@@ -1189,6 +1189,15 @@ async fn pay_four(
     actor: &tally::store::User,
     target: ledger::payments::TargetAddress,
 ) -> ledger::payments::Made {
+    try_pay_four(store, actor, target).await.unwrap()
+}
+
+/// A private pay of 4.00 from `actor` (`pay_four`), with its outcome.
+async fn try_pay_four(
+    store: &dyn Store,
+    actor: &tally::store::User,
+    target: ledger::payments::TargetAddress,
+) -> Result<ledger::payments::Made, ledger::payments::CreateError> {
     let request = ledger::payments::PaymentRequest {
         target,
         amount: Amount::parse("4").unwrap(),
@@ -1196,9 +1205,7 @@ async fn pay_four(
         audience: tally::domain::Audience::Private,
         medium: tally::domain::Medium::Api,
     };
-    ledger::payments::create(store, actor, request, None, now_micros())
-        .await
-        .unwrap()
+    ledger::payments::create(store, actor, request, None, now_micros()).await
 }
 
 /// A worker's transition that moves a held 4.00 to `to`, decided earlier than
@@ -1299,15 +1306,16 @@ async fn a_settlement_and_a_pay_waiting_on_one_changed_account_both_go_through()
     let mut key_share = sqlx::PgConnection::connect(url).await.unwrap();
     let mut updater = sqlx::PgConnection::connect(url).await.unwrap();
     let mut watcher = sqlx::PgConnection::connect(url).await.unwrap();
-    let bob_sql = |sql: &str| sql.replace("$bob", &format!("'{}'", bob.id));
     key_share.execute("BEGIN").await.unwrap();
-    key_share
-        .execute(bob_sql("SELECT 1 FROM users WHERE id = $bob FOR KEY SHARE").as_str())
+    sqlx::query("SELECT 1 FROM users WHERE id = $1 FOR KEY SHARE")
+        .bind(&bob.id)
+        .execute(&mut key_share)
         .await
         .unwrap();
     updater.execute("BEGIN").await.unwrap();
-    updater
-        .execute(bob_sql("UPDATE users SET about = about WHERE id = $bob").as_str())
+    sqlx::query("UPDATE users SET about = about WHERE id = $1")
+        .bind(&bob.id)
+        .execute(&mut updater)
         .await
         .unwrap();
 
@@ -1320,14 +1328,8 @@ async fn a_settlement_and_a_pay_waiting_on_one_changed_account_both_go_through()
         let store = store.clone();
         let (ann, bob) = (ann.clone(), bob.clone());
         async move {
-            let request = ledger::payments::PaymentRequest {
-                target: ledger::payments::TargetAddress::UserId(ann.id.clone()),
-                amount: Amount::parse("4").unwrap(),
-                note: tally::domain::Note::parse("x").unwrap(),
-                audience: tally::domain::Audience::Private,
-                medium: tally::domain::Medium::Api,
-            };
-            ledger::payments::create(store.as_ref(), &bob, request, None, now_micros()).await
+            let to_ann = ledger::payments::TargetAddress::UserId(ann.id.clone());
+            try_pay_four(store.as_ref(), &bob, to_ann).await
         }
     });
     waiting_on_locks(&mut watcher, 2).await;
