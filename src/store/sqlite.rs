@@ -552,7 +552,16 @@ const LOCK_SETTLED_TARGETS: Option<(&str, &str)> = None;
 
 /// SQLite's planner needs no settings for the audit.
 const AUDIT_SETTINGS: &[&str] = &[];
-const AUDIT_SUSPECTS_SETTINGS: (&[&str], &[&str]) = (&[], &[]);
+/// The audit's sum of cents: SQLite's own sum of integers is one.
+const AUDIT_SUM: &str = "SUM";
+const AUDIT_SUSPECTS: &str = super::sql::audit_suspects!("SUM");
+/// Entries that name no payment: each named payment once (read in order from
+/// the payment index), then looked up.
+const AUDIT_ENTRIES_WITHOUT_PAYMENT: &str = "\
+    SELECT e.payment_id FROM (SELECT DISTINCT payment_id FROM ledger_entries \
+      WHERE payment_id IS NOT NULL) e \
+    WHERE NOT EXISTS ( \
+      SELECT 1 FROM payments p WHERE p.id = e.payment_id AND p.kind = 'payment')";
 
 type Db = Sqlite;
 type ThisStore = SqliteStore;

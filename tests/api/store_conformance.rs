@@ -16,6 +16,7 @@ on_both_backends!(
     concurrent_deposits_into_one_account_all_count,
     the_first_stored_server_setting_wins,
     the_audit_finds_a_balance_changed_behind_the_ledgers_back,
+    the_audit_finds_money_made_from_nothing_and_an_account_no_one_has,
     the_audit_finds_held_money_that_no_pending_pay_explains,
     the_audit_finds_a_settlement_credited_to_the_wrong_account,
     the_audit_reads_payments_in_chunks_and_misses_nothing_at_their_edges,
@@ -382,6 +383,51 @@ async fn the_audit_finds_a_balance_changed_behind_the_ledgers_back(backend: Back
     let report = ledger::audit::run(store.as_ref()).await.unwrap();
     assert!(!report.ok);
     assert_eq!(report.discrepancies.len(), 1, "{:?}", report.discrepancies);
+}
+
+/// The sums the audit takes by movement and by account, each exact to the cent.
+async fn the_audit_finds_money_made_from_nothing_and_an_account_no_one_has(backend: Backend) {
+    use ledger::audit::Discrepancy;
+    let Some((db, store)) = store_for(backend).await else {
+        return;
+    };
+    let ann = store
+        .insert_user(&new_user("ann", None, None))
+        .await
+        .unwrap();
+    ledger::deposit(store.as_ref(), &ann.id, Amount::parse("5").unwrap())
+        .await
+        .unwrap();
+    // A deposit's credit made a cent larger, balance and all, and a
+    // movement of its own between two accounts no user has.
+    for sql in [
+        format!(
+            "UPDATE ledger_entries SET amount_cents = amount_cents + 1 WHERE account = '{0}'; \
+             UPDATE users SET balance_cents = balance_cents + 1 WHERE id = '{0}'",
+            ann.id
+        ),
+        "INSERT INTO ledger_entries (movement_id, kind, account, amount_cents, payment_id, \
+         created_at) VALUES ('m', 'deposit', 'ghost', 2500, NULL, 1), \
+         ('m', 'deposit', '@external', -2500, NULL, 1)"
+            .to_owned(),
+    ] {
+        tamper(&db, &sql).await;
+    }
+    let report = ledger::audit::run(store.as_ref()).await.unwrap();
+    assert!(!report.ok);
+    let cents = tally::domain::Money::from_cents;
+    assert!(
+        matches!(
+            &report.discrepancies[..],
+            [
+                Discrepancy::UnbalancedMovement { movement, sum },
+                Discrepancy::UnknownAccount { account, ledger },
+            ] if !movement.is_empty() && movement != "m" && *sum == cents(1)
+                && account == "ghost" && *ledger == cents(2500)
+        ),
+        "{:?}",
+        report.discrepancies
+    );
 }
 
 /// A payment's words are decoded where the row is read: a row another program

@@ -10,7 +10,8 @@
 //! `DATA_MODIFYING_CTES`, the new-payment statements `HOLD_SQL` and
 //! `CHARGE_SQL` and, for a target account named by id, `TO_ACCOUNT_SQL`,
 //! `LOCK_SETTLED_TARGETS`,
-//! and the audit's planner settings), and its connection handling, the
+//! and the audit's planner settings, its sum of cents and the queries built on
+//! it), and its connection handling, the
 //! `Connections` trait. The files below take what they need from this module by
 //! name.
 
@@ -20,8 +21,9 @@ mod payments;
 mod users;
 
 use super::{
-    Db, ThisStore, AUDIT_SETTINGS, AUDIT_SUSPECTS_SETTINGS, CHARGE_SQL, DATA_MODIFYING_CTES,
-    HOLD_SQL, KEY_LOCK, LOCK_SETTLED_TARGETS, NAME, SKIP_LOCKED, TO_ACCOUNT_SQL,
+    Db, ThisStore, AUDIT_ENTRIES_WITHOUT_PAYMENT, AUDIT_SETTINGS, AUDIT_SUM, AUDIT_SUSPECTS,
+    CHARGE_SQL, DATA_MODIFYING_CTES, HOLD_SQL, KEY_LOCK, LOCK_SETTLED_TARGETS, NAME, SKIP_LOCKED,
+    TO_ACCOUNT_SQL,
 };
 use crate::store::pool::{BatchFuture, Lease, RevocationEpoch};
 use crate::store::{Store, StoreError};

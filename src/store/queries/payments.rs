@@ -4,8 +4,9 @@
 //! changes state exactly once however many instances race for it.
 
 use super::{
-    push_binds, Args, Connections, Db, ThisStore, AUDIT_SETTINGS, AUDIT_SUSPECTS_SETTINGS,
-    CHARGE_SQL, HOLD_SQL, LOCK_SETTLED_TARGETS, SKIP_LOCKED, TO_ACCOUNT_SQL,
+    push_binds, Args, Connections, Db, ThisStore, AUDIT_ENTRIES_WITHOUT_PAYMENT, AUDIT_SETTINGS,
+    AUDIT_SUM, AUDIT_SUSPECTS, CHARGE_SQL, HOLD_SQL, LOCK_SETTLED_TARGETS, SKIP_LOCKED,
+    TO_ACCOUNT_SQL,
 };
 use crate::store::payments::Recorded;
 use crate::store::{AccountBalance, AuditSnapshot, LedgerSum, Movement, PaymentStore, StoreError};
@@ -738,16 +739,16 @@ impl PaymentStore for ThisStore {
         )
         .fetch_all(&mut *tx)
         .await?;
-        let ledger_sums = sqlx::query_as::<_, LedgerSum>(
-            "SELECT account, CAST(SUM(amount_cents) AS BIGINT) AS total_cents \
-             FROM ledger_entries GROUP BY account ORDER BY account",
-        )
+        let ledger_sums = sqlx::query_as::<_, LedgerSum>(&format!(
+            "SELECT account, {AUDIT_SUM}(amount_cents) AS total_cents \
+             FROM ledger_entries GROUP BY account ORDER BY account"
+        ))
         .fetch_all(&mut *tx)
         .await?;
-        let unbalanced_movements = sqlx::query_as::<_, LedgerSum>(
-            "SELECT movement_id AS account, CAST(SUM(amount_cents) AS BIGINT) AS total_cents \
-             FROM ledger_entries GROUP BY movement_id HAVING SUM(amount_cents) <> 0",
-        )
+        let unbalanced_movements = sqlx::query_as::<_, LedgerSum>(&format!(
+            "SELECT movement_id AS account, {AUDIT_SUM}(amount_cents) AS total_cents \
+             FROM ledger_entries GROUP BY movement_id HAVING {AUDIT_SUM}(amount_cents) <> 0"
+        ))
         .fetch_all(&mut *tx)
         .await?;
         let pending_pay_cents: i64 = sqlx::query_scalar(
@@ -760,12 +761,14 @@ impl PaymentStore for ThisStore {
         // and status say moved, and its refund against the refund rule, in
         // one pass in SQL: only the payments that disagree come back, to
         // be read again below and worded by the audit.
-        let (set, reset) = AUDIT_SUSPECTS_SETTINGS;
-        run_each(&mut tx, set).await?;
-        let mut suspects: Vec<String> = sqlx::query_scalar(crate::store::sql::AUDIT_SUSPECTS)
+        let mut suspects: Vec<String> = sqlx::query_scalar(AUDIT_SUSPECTS)
             .fetch_all(&mut *tx)
             .await?;
-        run_each(&mut tx, reset).await?;
+        // Entries that name no payment (the same walk of the payment index).
+        let entries_without_payment: Vec<String> =
+            sqlx::query_scalar(AUDIT_ENTRIES_WITHOUT_PAYMENT)
+                .fetch_all(&mut *tx)
+                .await?;
         suspects.sort();
         for ids in suspects.chunks(chunk.max(1) as usize) {
             let mut payments_query = sqlx::QueryBuilder::<Db>::new(
@@ -797,14 +800,6 @@ impl PaymentStore for ThisStore {
                 payment_entries,
             });
         }
-        // Entries that name no payment.
-        let entries_without_payment: Vec<String> = sqlx::query_scalar(
-            "SELECT e.payment_id FROM (SELECT DISTINCT payment_id FROM ledger_entries \
-             WHERE payment_id IS NOT NULL) e WHERE NOT EXISTS ( \
-               SELECT 1 FROM payments p WHERE p.id = e.payment_id AND p.kind = 'payment')",
-        )
-        .fetch_all(&mut *tx)
-        .await?;
         tx.commit().await?;
         Ok(AuditSnapshot {
             balances,
