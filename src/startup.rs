@@ -203,6 +203,7 @@ fn routes(cfg: &mut web::ServiceConfig, extra_pages: pages::ExtraPages) {
         .service(
             web::scope("/v1")
                 .wrap(from_fn(api::no_store))
+                .wrap(from_fn(api::count_in_flight))
                 .service(
                     web::scope("/oauth")
                         .wrap(from_fn(oauth_rate_limit))

@@ -4,12 +4,21 @@
 //! workers never run a hash, and any of them that wakes takes the CPU from
 //! one. Each thread keeps its 19 MiB of argon2 memory and reuses it for every
 //! hash.
+//!
+//! Idle priority alone is not enough on a virtual machine: a core kept busy
+//! hashing is charged by the hypervisor all the same, and the API pays for it
+//! in stolen time (a spinning SCHED_IDLE thread beside `/v1/me` on one core
+//! took its p99 from 50 ms to 250 to 390 ms here). So while API requests are in
+//! flight, each thread also rests between hashes ([`Pace`]): hashing then takes
+//! at most a tenth of the time, and a sign-in waits at most a second more.
 
 use crate::domain::Password;
 use argon2::password_hash::{rand_core::OsRng, Output, PasswordHash, SaltString};
 use argon2::{Algorithm, Argon2, Block, Params, Version};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
 /// OWASP's recommended argon2id parameters: 19 MiB, 2 passes, 1 lane.
@@ -115,6 +124,54 @@ enum Job {
 #[derive(Clone)]
 pub struct PasswordHasher {
     jobs: mpsc::Sender<Job>,
+    api: Arc<ApiActivity>,
+}
+
+/// The API requests in flight, which the hashing threads make way for.
+#[derive(Default)]
+struct ApiActivity {
+    in_flight: AtomicUsize,
+}
+
+/// An API request in flight (see [`PasswordHasher::api_request`]); it counts
+/// until dropped, also when its request is cancelled.
+pub struct ApiRequest(Arc<ApiActivity>);
+
+impl Drop for ApiRequest {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// While API requests are in flight, a hashing thread rests after a hash
+/// `REST_PER_HASH` times as long as the hash took (so hashing takes at most a
+/// tenth of the time), but never longer than `LONGEST_REST`; it starts at once
+/// when the API goes quiet.
+const REST_PER_HASH: u32 = 9;
+const LONGEST_REST: Duration = Duration::from_secs(1);
+/// How often a resting thread looks whether the API went quiet.
+const REST_POLL: Duration = Duration::from_millis(5);
+
+/// One hashing thread's rest between hashes (see the module's comment).
+#[derive(Default)]
+struct Pace {
+    rest_until: Option<Instant>,
+}
+
+impl Pace {
+    fn hashed(&mut self, started: Instant, ended: Instant) {
+        let rest = (ended - started)
+            .saturating_mul(REST_PER_HASH)
+            .min(LONGEST_REST);
+        self.rest_until = Some(ended + rest);
+    }
+
+    /// How much longer to rest before the next hash: nothing when the API is
+    /// quiet or the rest is over.
+    fn rest_left(&self, now: Instant, api_busy: bool) -> Option<Duration> {
+        let left = self.rest_until?.checked_duration_since(now)?;
+        (api_busy && !left.is_zero()).then_some(left)
+    }
 }
 
 impl PasswordHasher {
@@ -123,16 +180,24 @@ impl PasswordHasher {
     pub fn new(threads: usize) -> Self {
         let (jobs, queue) = mpsc::channel::<Job>();
         let queue = Arc::new(Mutex::new(queue));
+        let api = Arc::new(ApiActivity::default());
         for n in 0..threads.max(1) {
-            let queue = queue.clone();
+            let (queue, api) = (queue.clone(), api.clone());
             let spawned = std::thread::Builder::new()
                 .name(format!("tally-argon2-{n}"))
-                .spawn(move || run_hashing_thread(&queue));
+                .spawn(move || run_hashing_thread(&queue, &api));
             if let Err(error) = spawned {
                 tracing::error!(%error, "cannot start a password hashing thread");
             }
         }
-        Self { jobs }
+        Self { jobs, api }
+    }
+
+    /// Counts an API request as in flight until the answer is dropped: while
+    /// any is, the hashing threads rest between hashes.
+    pub fn api_request(&self) -> ApiRequest {
+        self.api.in_flight.fetch_add(1, Ordering::Relaxed);
+        ApiRequest(self.api.clone())
     }
 
     /// The hashing threads right for this machine: half its cores, at least one.
@@ -171,15 +236,22 @@ impl PasswordHasher {
     }
 }
 
-fn run_hashing_thread(queue: &Mutex<mpsc::Receiver<Job>>) {
+fn run_hashing_thread(queue: &Mutex<mpsc::Receiver<Job>>, api: &ApiActivity) {
     // The API takes the CPU from a hash whenever it wants it.
     crate::scheduling::run_only_when_idle();
     let mut memory = Vec::new();
+    let mut pace = Pace::default();
     loop {
         let job = match queue.lock() {
             Ok(queue) => queue.recv(),
             Err(_) => return,
         };
+        while let Some(left) =
+            pace.rest_left(Instant::now(), api.in_flight.load(Ordering::Relaxed) > 0)
+        {
+            std::thread::sleep(left.min(REST_POLL));
+        }
+        let started = Instant::now();
         match job {
             Err(_) => return,
             Ok(Job::Hash { password, answer }) => {
@@ -195,6 +267,7 @@ fn run_hashing_thread(queue: &Mutex<mpsc::Receiver<Job>>) {
                 let _ = answer.send(verify_with(&mut memory, stored, candidate.as_bytes()));
             }
         }
+        pace.hashed(started, Instant::now());
     }
 }
 
@@ -202,6 +275,36 @@ fn run_hashing_thread(queue: &Mutex<mpsc::Receiver<Job>>) {
 mod tests {
     use super::*;
     use argon2::PasswordHasher as _;
+
+    #[test]
+    fn a_thread_rests_after_a_hash_only_while_the_api_is_busy() {
+        let start = Instant::now();
+        let ms = Duration::from_millis;
+        let mut pace = Pace::default();
+        assert_eq!(pace.rest_left(start, true), None, "no hash yet");
+        pace.hashed(start, start + ms(40));
+        let after = start + ms(40);
+        assert_eq!(pace.rest_left(after, true), Some(ms(360)));
+        assert_eq!(pace.rest_left(after + ms(300), true), Some(ms(60)));
+        assert_eq!(pace.rest_left(after, false), None, "the API is quiet");
+        assert_eq!(pace.rest_left(after + ms(360), true), None, "rested");
+        // A hash that took long (preempted again and again) rests a second.
+        pace.hashed(start, start + ms(500));
+        assert_eq!(pace.rest_left(start + ms(500), true), Some(LONGEST_REST));
+    }
+
+    #[tokio::test]
+    async fn api_requests_count_while_in_flight() {
+        let hasher = PasswordHasher::new(1);
+        let in_flight = || hasher.api.in_flight.load(Ordering::Relaxed);
+        let first = hasher.api_request();
+        let second = hasher.api_request();
+        assert_eq!(in_flight(), 2);
+        drop(first);
+        assert_eq!(in_flight(), 1);
+        drop(second);
+        assert_eq!(in_flight(), 0);
+    }
 
     #[tokio::test]
     async fn a_hash_verifies_only_its_own_password() -> anyhow::Result<()> {
