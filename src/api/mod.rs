@@ -55,18 +55,6 @@ async fn openapi() -> HttpResponse {
 
 /// Every answer under `/v1` carries `Cache-Control: no-store` (SPEC §2): it may
 /// hold balances and addresses, and the request may carry the token in its URL.
-/// Counts the request as in flight, which the password hashing threads make
-/// way for (see `auth::password`).
-pub async fn count_in_flight(
-    req: ServiceRequest,
-    next: Next<impl MessageBody + 'static>,
-) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
-    let _in_flight = req
-        .app_data::<actix_web::web::Data<crate::state::AppState>>()
-        .map(|state| state.hasher.api_request());
-    next.call(req).await
-}
-
 pub async fn no_store(
     req: ServiceRequest,
     next: Next<impl MessageBody + 'static>,
@@ -80,6 +68,18 @@ pub async fn no_store(
         }
         Err(error) => Err(NoStoreError(error).into()),
     }
+}
+
+/// Counts the request as in flight, which the password hashing threads make
+/// way for (see `auth::password`).
+pub async fn count_in_flight(
+    req: ServiceRequest,
+    next: Next<impl MessageBody + 'static>,
+) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
+    let _in_flight = req
+        .app_data::<actix_web::web::Data<crate::state::AppState>>()
+        .map(|state| state.hasher.api_request());
+    next.call(req).await
 }
 
 const NO_STORE: header::HeaderValue = header::HeaderValue::from_static("no-store");

@@ -180,7 +180,6 @@ const AUDIT_SETTINGS: &[&str] = &[
 /// comparing, once per payment and per movement, cost about a second of the
 /// audit at a million payments.
 const AUDIT_SUM: &str = "sum_cents";
-const AUDIT_SUSPECTS: &str = super::sql::audit_suspects!("sum_cents");
 
 /// Entries that name no payment: the payment index and the payments' primary
 /// key walked side by side (a merge anti-join, see `AUDIT_SETTINGS`),

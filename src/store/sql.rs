@@ -33,55 +33,45 @@ pub const USER_COLUMNS: &str = user_columns!();
 /// expected one, and an entry on any other account (never written by Tally)
 /// makes the payment a suspect, which the audit then checks in full. Each entry
 /// is compared with as few accounts as that takes: they are most of the work.
-/// `$sum` is the backend's sum of cents as an integer (see `AUDIT_SUM`).
-macro_rules! audit_suspects {
-    ($sum:literal) => {
-        concat!(
-            "SELECT id FROM ( \
-              SELECT p.id, p.actor_id AS actor, p.target_user_id AS target, \
-                p.amount_cents AS amount, \
-                CASE WHEN p.action = 'pay' AND p.status IN ('pending', 'settled') \
-                       THEN p.actor_id \
-                     WHEN p.action = 'charge' AND p.status = 'settled' \
-                       THEN p.target_user_id END AS debited, \
-                CASE WHEN p.action = 'pay' AND p.status = 'pending' THEN '@held' \
-                     WHEN p.action = 'pay' AND p.status = 'settled' THEN p.target_user_id \
-                     WHEN p.action = 'charge' AND p.status = 'settled' THEN p.actor_id END \
-                  AS credited, \
-                CASE WHEN p.action = 'pay' AND p.status IN ('failed', 'cancelled', 'expired') \
-                     THEN CASE WHEN MIN(r.amount_cents) IS NULL \
-                                 OR MIN(r.amount_cents) <> p.amount_cents \
-                                 OR MIN(r.target_user_id) IS DISTINCT FROM p.actor_id \
-                               THEN 1 ELSE 0 END \
-                     ELSE CASE WHEN MIN(r.amount_cents) IS NULL THEN 0 ELSE 1 END END \
-                  AS refund_bad, ",
-            $sum,
-            "(CASE WHEN e.account = p.actor_id THEN e.amount_cents ELSE 0 END) AS s_actor, ",
-            $sum,
-            "(CASE WHEN e.account = p.target_user_id AND e.account IS DISTINCT FROM p.actor_id \
-                  THEN e.amount_cents ELSE 0 END) AS s_target, ",
-            $sum,
-            "(CASE WHEN e.account = '@held' THEN e.amount_cents ELSE 0 END) AS s_held, ",
-            $sum,
-            "(CASE WHEN e.account = p.actor_id OR e.account = p.target_user_id \
-                    OR e.account = '@held' OR e.account IS NULL THEN 0 ELSE 1 END) \
-                  AS other_entries \
-              FROM payments p \
-              LEFT JOIN payments r ON r.id = p.refund_payment_id \
-              LEFT JOIN ledger_entries e ON e.payment_id = p.id \
-              WHERE p.kind = 'payment' \
-              GROUP BY p.id \
-            ) g \
-            WHERE refund_bad = 1 OR other_entries <> 0 \
-              OR s_actor <> CASE WHEN actor IS NULL THEN 0 \
-                   ELSE CASE WHEN debited = actor THEN -amount ELSE 0 END \
-                      + CASE WHEN credited = actor THEN amount ELSE 0 END END \
-              OR s_target <> CASE WHEN target IS NULL OR target IS NOT DISTINCT FROM actor \
-                   THEN 0 \
-                   ELSE CASE WHEN debited = target THEN -amount ELSE 0 END \
-                      + CASE WHEN credited = target THEN amount ELSE 0 END END \
-              OR s_held <> CASE WHEN credited = '@held' THEN amount ELSE 0 END"
-        )
-    };
+/// `sum` is the backend's sum of cents as an integer (its `AUDIT_SUM`).
+pub fn audit_suspects(sum: &str) -> String {
+    format!(
+        "SELECT id FROM ( \
+          SELECT p.id, p.actor_id AS actor, p.target_user_id AS target, \
+            p.amount_cents AS amount, \
+            CASE WHEN p.action = 'pay' AND p.status IN ('pending', 'settled') THEN p.actor_id \
+                 WHEN p.action = 'charge' AND p.status = 'settled' THEN p.target_user_id END \
+              AS debited, \
+            CASE WHEN p.action = 'pay' AND p.status = 'pending' THEN '@held' \
+                 WHEN p.action = 'pay' AND p.status = 'settled' THEN p.target_user_id \
+                 WHEN p.action = 'charge' AND p.status = 'settled' THEN p.actor_id END \
+              AS credited, \
+            CASE WHEN p.action = 'pay' AND p.status IN ('failed', 'cancelled', 'expired') \
+                 THEN CASE WHEN MIN(r.amount_cents) IS NULL \
+                             OR MIN(r.amount_cents) <> p.amount_cents \
+                             OR MIN(r.target_user_id) IS DISTINCT FROM p.actor_id \
+                           THEN 1 ELSE 0 END \
+                 ELSE CASE WHEN MIN(r.amount_cents) IS NULL THEN 0 ELSE 1 END END AS refund_bad, \
+            {sum}(CASE WHEN e.account = p.actor_id THEN e.amount_cents ELSE 0 END) AS s_actor, \
+            {sum}(CASE WHEN e.account = p.target_user_id AND e.account IS DISTINCT FROM p.actor_id \
+                       THEN e.amount_cents ELSE 0 END) AS s_target, \
+            {sum}(CASE WHEN e.account = '@held' THEN e.amount_cents ELSE 0 END) AS s_held, \
+            {sum}(CASE WHEN e.account = p.actor_id OR e.account = p.target_user_id \
+                        OR e.account = '@held' OR e.account IS NULL THEN 0 ELSE 1 END) \
+              AS other_entries \
+          FROM payments p \
+          LEFT JOIN payments r ON r.id = p.refund_payment_id \
+          LEFT JOIN ledger_entries e ON e.payment_id = p.id \
+          WHERE p.kind = 'payment' \
+          GROUP BY p.id \
+        ) g \
+        WHERE refund_bad = 1 OR other_entries <> 0 \
+          OR s_actor <> CASE WHEN actor IS NULL THEN 0 \
+               ELSE CASE WHEN debited = actor THEN -amount ELSE 0 END \
+                  + CASE WHEN credited = actor THEN amount ELSE 0 END END \
+          OR s_target <> CASE WHEN target IS NULL OR target IS NOT DISTINCT FROM actor THEN 0 \
+               ELSE CASE WHEN debited = target THEN -amount ELSE 0 END \
+                  + CASE WHEN credited = target THEN amount ELSE 0 END END \
+          OR s_held <> CASE WHEN credited = '@held' THEN amount ELSE 0 END"
+    )
 }
-pub(crate) use audit_suspects;

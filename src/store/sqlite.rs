@@ -554,7 +554,6 @@ const LOCK_SETTLED_TARGETS: Option<(&str, &str)> = None;
 const AUDIT_SETTINGS: &[&str] = &[];
 /// The audit's sum of cents: SQLite's own sum of integers is one.
 const AUDIT_SUM: &str = "SUM";
-const AUDIT_SUSPECTS: &str = super::sql::audit_suspects!("SUM");
 /// Entries that name no payment: each named payment once (read in order from
 /// the payment index), then looked up.
 const AUDIT_ENTRIES_WITHOUT_PAYMENT: &str = "\

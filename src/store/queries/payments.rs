@@ -5,8 +5,7 @@
 
 use super::{
     push_binds, Args, Connections, Db, ThisStore, AUDIT_ENTRIES_WITHOUT_PAYMENT, AUDIT_SETTINGS,
-    AUDIT_SUM, AUDIT_SUSPECTS, CHARGE_SQL, HOLD_SQL, LOCK_SETTLED_TARGETS, SKIP_LOCKED,
-    TO_ACCOUNT_SQL,
+    AUDIT_SUM, CHARGE_SQL, HOLD_SQL, LOCK_SETTLED_TARGETS, SKIP_LOCKED, TO_ACCOUNT_SQL,
 };
 use crate::store::payments::Recorded;
 use crate::store::{AccountBalance, AuditSnapshot, LedgerSum, Movement, PaymentStore, StoreError};
@@ -761,9 +760,10 @@ impl PaymentStore for ThisStore {
         // and status say moved, and its refund against the refund rule, in
         // one pass in SQL: only the payments that disagree come back, to
         // be read again below and worded by the audit.
-        let mut suspects: Vec<String> = sqlx::query_scalar(AUDIT_SUSPECTS)
-            .fetch_all(&mut *tx)
-            .await?;
+        let mut suspects: Vec<String> =
+            sqlx::query_scalar(&crate::store::sql::audit_suspects(AUDIT_SUM))
+                .fetch_all(&mut *tx)
+                .await?;
         // Entries that name no payment (the same walk of the payment index).
         let entries_without_payment: Vec<String> =
             sqlx::query_scalar(AUDIT_ENTRIES_WITHOUT_PAYMENT)
