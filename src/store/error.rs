@@ -47,13 +47,28 @@ fn postgres_transient(code: &str) -> bool {
         || matches!(code, "40001" | "40P01" | "55P03" | "25006")
 }
 
+/// Whether an SQLite (extended) result code says "not now".
+pub(crate) fn sqlite_transient(code: impl Into<i64>) -> bool {
+    SQLITE_TRANSIENT.contains(&(code.into() & 0xff))
+}
+
+/// The unique value a violation's text names (a constraint's name on
+/// PostgreSQL, the message on SQLite: both mention the column or the index,
+/// which is named after the column).
+pub(crate) fn conflicting_field(text: &str) -> &'static str {
+    ["username", "email", "phone", "client_id", "id"]
+        .into_iter()
+        .find(|f| text.contains(f))
+        .unwrap_or("value")
+}
+
 fn is_transient_database_error(db: &dyn sqlx::error::DatabaseError) -> bool {
     let Some(code) = db.code() else {
         return false;
     };
     if let Ok(number) = code.parse::<i64>() {
         // SQLite reports its (extended) result code as a number.
-        return SQLITE_TRANSIENT.contains(&(number & 0xff));
+        return sqlite_transient(number);
     }
     postgres_transient(&code)
 }
@@ -87,14 +102,11 @@ impl StoreError {
         match &error {
             _ if is_transient(&error) => Self::Unavailable(error),
             sqlx::Error::Database(db) if db.is_unique_violation() => {
-                // Constraint names on PostgreSQL, messages on SQLite: both mention
-                // the column or index, which is named after the column.
-                let text = format!("{} {}", db.constraint().unwrap_or(""), db.message());
-                let field = ["username", "email", "phone", "client_id", "id"]
-                    .into_iter()
-                    .find(|f| text.contains(f))
-                    .unwrap_or("value");
-                Self::Conflict(field)
+                Self::Conflict(conflicting_field(&format!(
+                    "{} {}",
+                    db.constraint().unwrap_or(""),
+                    db.message()
+                )))
             }
             _ => Self::Unexpected(anyhow::Error::new(error).context("database error")),
         }

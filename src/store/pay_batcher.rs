@@ -197,13 +197,7 @@ impl PayBatcher {
 /// pay without a key whose hold moves its amount from its actor at its time.
 /// The one-pay statements refuse any other hold; they are left to say so.
 fn batchable(insert: &PaymentInsert) -> bool {
-    let p = &insert.payment;
-    insert.idempotency.is_none()
-        && insert.hold.as_ref().is_some_and(|hold| {
-            p.actor_id.as_deref() == Some(hold.from.as_str())
-                && hold.cents == p.amount_cents
-                && hold.at == p.date_created
-        })
+    insert.idempotency.is_none() && insert.hold_is_from_actor()
 }
 
 /// The next batch: the first queued pay of each actor, in queue order, up to

@@ -301,6 +301,19 @@ pub struct PaymentInsert {
     pub check_target: bool,
 }
 
+impl PaymentInsert {
+    /// Whether its hold moves its amount from its actor at its time: the
+    /// only hold the new-payment statements write (they debit the actor).
+    pub(crate) fn hold_is_from_actor(&self) -> bool {
+        let p = &self.payment;
+        self.hold.as_ref().is_some_and(|hold| {
+            p.actor_id.as_deref() == Some(hold.from.as_str())
+                && hold.cents == p.amount_cents
+                && hold.at == p.date_created
+        })
+    }
+}
+
 /// What the store read of a payment's target account as it wrote the payment
 /// (see `PaymentInsert::check_target`), with the actor's balance afterwards.
 #[derive(Debug, sqlx::FromRow)]

@@ -118,6 +118,15 @@ impl queries::Connections for PgStore {
         })
     }
 
+    /// One statement of its own: data-modifying CTEs.
+    async fn rotate_in_batch(
+        &self,
+        _token: super::Presented<'_>,
+        _successors: &[super::NewToken],
+    ) -> Result<Option<Option<super::RotatedGrant>>, StoreError> {
+        Ok(None)
+    }
+
     async fn snapshot(&self) -> Result<Transaction<'static, Postgres>, StoreError> {
         Ok(self
             .pool
@@ -136,8 +145,6 @@ const SKIP_LOCKED: &str = " FOR UPDATE SKIP LOCKED";
 /// they commit, on every instance.
 const KEY_LOCK: &str = "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))";
 
-/// A write of several tables is one statement.
-const DATA_MODIFYING_CTES: bool = true;
 /// A new payment's movement, one statement (see payments.rs).
 const HOLD_SQL: &str = super::payments::PG_HOLD_SQL;
 const CHARGE_SQL: &str = super::payments::PG_CHARGE_SQL;

@@ -4,8 +4,13 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, S
 use sqlx::{Connection, Sqlite, SqliteConnection, SqlitePool, Transaction};
 use std::path::PathBuf;
 use std::str::FromStr;
-use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
+
+mod group;
+mod writer;
+use group::{GroupWrite, GroupWriter};
+use writer::{page_limit, writer_autocheckpoint_pages, WriterHealth};
 
 /// Test hook: a file holding a page count that every write transaction applies
 /// as `PRAGMA max_page_count` (the database's size when it is smaller), or no
@@ -13,36 +18,8 @@ use std::time::{Duration, Instant};
 /// running server and free it again.
 pub const PAGE_LIMIT_FILE_VARIABLE: &str = "TALLY_TEST_SQLITE_PAGE_LIMIT_FILE";
 
-/// SQLite's own largest page count: "no limit".
-const NO_PAGE_LIMIT: u32 = 4_294_967_294;
-
 /// How long readiness waits for the writer to probe it.
 const READINESS_WRITER_WAIT: Duration = Duration::from_millis(250);
-
-/// How long readiness reports a writer that was found broken.
-const WRITER_FAILURE_SHOWN_FOR: Duration = Duration::from_secs(5);
-
-/// When the writer last had to be replaced after a failed transaction.
-#[derive(Default)]
-struct WriterHealth {
-    failed_at: Mutex<Option<Instant>>,
-}
-
-impl WriterHealth {
-    fn failed(&self) {
-        *self
-            .failed_at
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = Some(Instant::now());
-    }
-
-    fn failed_recently(&self) -> bool {
-        self.failed_at
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .is_some_and(|at| at.elapsed() < WRITER_FAILURE_SHOWN_FOR)
-    }
-}
 
 /// SQLite in WAL mode: many readers, and every write through one connection with
 /// `BEGIN IMMEDIATE`, so writers queue instead of failing with SQLITE_BUSY (other
@@ -70,6 +47,7 @@ impl SqliteStore {
             .synchronous(SqliteSynchronous::Normal)
             .foreign_keys(true)
             .busy_timeout(Duration::from_secs(10));
+        let path = options.get_filename().to_owned();
         let health = Arc::new(WriterHealth::default());
         let on_release = health.clone();
         // No ping before handing out a connection: an SQLite connection is a
@@ -109,7 +87,7 @@ impl SqliteStore {
                 options
                     .clone()
                     .thread_name(|_| "sqlite-writer".to_owned())
-                    .pragma("wal_autocheckpoint", WRITER_AUTOCHECKPOINT_PAGES)
+                    .pragma("wal_autocheckpoint", writer_autocheckpoint_pages!())
                     // Each write's savepoint keeps the pages it changes in a
                     // sub-journal, which SQLite moves to a temporary file past
                     // 64 KiB: in memory it costs no file writes and no file.
@@ -143,12 +121,15 @@ impl SqliteStore {
             .connect_with(options)
             .await?;
         let page_limit_file = std::env::var_os(PAGE_LIMIT_FILE_VARIABLE).map(PathBuf::from);
-        let group_writer = Arc::new(GroupWriter {
-            writer: writer.clone(),
-            health: health.clone(),
-            page_limit_file: page_limit_file.clone(),
-            queue: Mutex::default(),
-        });
+        let group_writer = Arc::new(
+            GroupWriter::start(
+                writer.clone(),
+                path,
+                page_limit_file.clone(),
+                health.clone(),
+            )
+            .map_err(|e| StoreError::Unexpected(anyhow::Error::new(e)))?,
+        );
         tokio::spawn(checkpoint_wal(checkpointer, Arc::downgrade(&group_writer)));
         Ok(Self {
             readers,
@@ -235,53 +216,48 @@ impl queries::Connections for SqliteStore {
         Ok(tx)
     }
 
-    /// Queues `batch` for the group writer and waits for its answer, which
-    /// comes once the group it ran in has committed.
+    /// In a write transaction of its own: the writes that are hot on SQLite
+    /// go to the group writer by `record_in_batch` and `rotate_in_batch`.
     async fn write_batch<O, F>(&self, batch: F) -> Result<O, StoreError>
     where
         O: Send + 'static,
         F: for<'c> FnOnce(&'c mut SqliteConnection) -> BatchFuture<'c, O> + Send + 'static,
     {
-        let (answer, answered) = tokio::sync::oneshot::channel();
-        let job: WriteJob = Box::new(move |conn| {
-            Box::pin(async move {
-                let result = batch(conn).await;
-                let ran = result.is_ok();
-                let answer: Answer = Box::new(move |group_failure| {
-                    let reply = match (result, group_failure) {
-                        (Err(own), _) => Err(StoreError::from(own)),
-                        (Ok(_), Some(failure)) => Err(failure),
-                        (Ok(out), None) => Ok(out),
-                    };
-                    // The caller may have gone; the write stands all the same.
-                    let _ = answer.send(reply);
-                });
-                (ran, answer)
-            })
-        });
-        // Unanswered: the group failed before this write ran (or the writer
-        // is gone with the store); nothing of it was written.
-        let unanswered = || {
-            StoreError::Unavailable(sqlx::Error::Protocol(
-                "the SQLite writer could not run this write".to_owned(),
-            ))
-        };
-        if self.group_writer.enqueue(job) {
-            // This write leads: it commits what is queued, its own first,
-            // as a task of its own on this thread's runtime (a request that
-            // goes away cannot leave the writer inside a half-sent
-            // transaction, and no other thread is woken for it).
-            tokio::spawn(self.group_writer.clone().write_queued());
-        }
-        answered.await.map_err(|_| unanswered())?
+        let mut tx = self.write().await?;
+        let out = batch(&mut tx).await?;
+        tx.commit().await?;
+        Ok(out)
     }
 
-    /// The group writer commits writes together already.
+    /// Every new payment without an Idempotency-Key: the group writer
+    /// commits it with the writes queued beside it.
     async fn record_in_batch(
         &self,
-        _insert: &crate::store::PaymentInsert,
+        insert: &crate::store::PaymentInsert,
     ) -> Result<Option<crate::store::payments::Recorded>, StoreError> {
-        Ok(None)
+        let write = GroupWrite {
+            sql: Self::payment_sql(insert).into(),
+            params: group::payment_params(insert)?,
+        };
+        let rows = self.group_writer.write(write).await?;
+        Ok(Some(group::recorded(insert, &rows)?))
+    }
+
+    /// Every rotation: the group writer commits it with the writes queued
+    /// beside it.
+    async fn rotate_in_batch(
+        &self,
+        token: Presented<'_>,
+        successors: &[NewToken],
+    ) -> Result<Option<Option<RotatedGrant>>, StoreError> {
+        let rows = self
+            .group_writer
+            .write(group::rotation(token, successors))
+            .await?;
+        Ok(Some(match rows.last() {
+            Some(row) => Some(group::rotated_grant(row)?),
+            None => None,
+        }))
     }
 
     /// A read transaction sees one snapshot of the WAL.
@@ -296,9 +272,6 @@ impl queries::Connections for SqliteStore {
 
 /// How often the WAL is checkpointed (see [`checkpoint_wal`]).
 const CHECKPOINT_INTERVAL: Duration = Duration::from_millis(100);
-/// The writer still checkpoints by itself past this many WAL pages (80 MB):
-/// a backstop should the checkpointer fall behind.
-const WRITER_AUTOCHECKPOINT_PAGES: &str = "20000";
 
 /// Copies committed pages from the WAL into the database file every
 /// [`CHECKPOINT_INTERVAL`] (a passive checkpoint: it never waits for the
@@ -325,205 +298,13 @@ async fn checkpoint_wal(checkpointer: SqlitePool, store: std::sync::Weak<GroupWr
     }
 }
 
-/// The most writes one group commits together.
-const MAX_GROUP: usize = 64;
-
-/// What a queued write leaves for the end of its group: it sends its caller
-/// the answer, given the group's failure if the group did not commit.
-type Answer = Box<dyn FnOnce(Option<StoreError>) + Send>;
-
-/// A queued write: runs its statements on the writer and says whether they
-/// succeeded (else the writer rolls back to the write's savepoint).
-type WriteJob = Box<
-    dyn for<'c> FnOnce(
-            &'c mut SqliteConnection,
-        ) -> std::pin::Pin<
-            Box<dyn std::future::Future<Output = (bool, Answer)> + Send + 'c>,
-        > + Send,
->;
-
-/// Group commit. A write queued while none is being written leads: it takes
-/// every write queued by then (up to [`MAX_GROUP`]) and commits them in one
-/// transaction, each in a savepoint of its own, so each is still all or
-/// nothing and one that fails leaves the others in; then the writes queued
-/// meanwhile, until none is left. One BEGIN, one COMMIT and one hand-over of
-/// the writer serve the whole group.
-struct GroupWriter {
-    writer: SqlitePool,
-    health: Arc<WriterHealth>,
-    page_limit_file: Option<PathBuf>,
-    queue: Mutex<WriteQueue>,
-}
-
-#[derive(Default)]
-struct WriteQueue {
-    jobs: Vec<WriteJob>,
-    /// A leader is writing: it takes what is queued before it stops.
-    writing: bool,
-}
-
-/// A leader's turn. If it ends early (a panic, or its runtime shutting down),
-/// the writes still queued are dropped, so their callers answer 503 instead
-/// of waiting, and the next write leads.
-struct Leading<'a> {
-    writer: &'a GroupWriter,
-    finished: bool,
-}
-
-impl Drop for Leading<'_> {
-    fn drop(&mut self) {
-        if !self.finished {
-            let mut queue = self.writer.lock_queue();
-            queue.jobs.clear();
-            queue.writing = false;
-        }
-    }
-}
-
-impl GroupWriter {
-    /// Queues `job`; true when its caller is to lead.
-    fn enqueue(&self, job: WriteJob) -> bool {
-        let mut queue = self.lock_queue();
-        queue.jobs.push(job);
-        !std::mem::replace(&mut queue.writing, true)
-    }
-
-    /// Commits what is queued, a group at a time, until nothing is. The
-    /// queue's lock decides: a write queued before the leader sees it empty
-    /// is taken by this leader, one queued after leads itself.
-    async fn write_queued(self: Arc<Self>) {
-        let mut leading = Leading {
-            writer: &self,
-            finished: false,
-        };
-        loop {
-            let group: Vec<WriteJob> = {
-                let mut queue = self.lock_queue();
-                if queue.jobs.is_empty() {
-                    queue.writing = false;
-                    leading.finished = true;
-                    return;
-                }
-                let take = queue.jobs.len().min(MAX_GROUP);
-                queue.jobs.drain(..take).collect()
-            };
-            self.commit(group).await;
-        }
-    }
-
-    fn lock_queue(&self) -> std::sync::MutexGuard<'_, WriteQueue> {
-        self.queue.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    async fn commit(&self, jobs: Vec<WriteJob>) {
-        let mut conn = match self.writer.acquire().await {
-            Ok(conn) => conn,
-            Err(error) => return fail_all(jobs.into_iter().map(Err), &error),
-        };
-        if let Err(error) = self.begin(&mut conn).await {
-            self.after_failure(&mut conn, is_busy(&error)).await;
-            return fail_all(jobs.into_iter().map(Err), &error);
-        }
-        let count = jobs.len();
-        let mut answers: Vec<Answer> = Vec::with_capacity(count);
-        let mut jobs = jobs.into_iter().enumerate();
-        while let Some((i, job)) = jobs.next() {
-            // The write opens and releases its own savepoint (see
-            // `sqlite_savepoint!`): no trip here unless it failed.
-            let (ran, answer) = job(&mut conn).await;
-            answers.push(answer);
-            let rolled_back = match ran {
-                true => Ok(()),
-                false => roll_back_write(&mut conn).await,
-            };
-            let closed = match (rolled_back, i + 1 == count) {
-                (Ok(()), true) => sqlx::query("COMMIT").execute(&mut *conn).await.map(drop),
-                (done, _) => done,
-            };
-            if let Err(error) = closed {
-                self.after_failure(&mut conn, is_busy(&error)).await;
-                let answered = answers.into_iter().map(Ok);
-                let waiting = jobs.map(|(_, job)| Err(job));
-                return fail_all(answered.chain(waiting), &error);
-            }
-        }
-        drop(conn);
-        for answer in answers {
-            answer(None);
-        }
-    }
-
-    async fn begin(&self, conn: &mut SqliteConnection) -> Result<(), sqlx::Error> {
-        apply_page_limit(self.page_limit_file.as_deref(), conn)
-            .await
-            .map_err(|e| sqlx::Error::Protocol(e.to_string()))?;
-        sqlx::query("BEGIN IMMEDIATE").execute(conn).await?;
-        Ok(())
-    }
-
-    /// Rolls back what is left of a group that failed. When no transaction is
-    /// left, either BEGIN did not get the lock (busy: nothing is wrong with
-    /// the writer) or SQLite rolled back by itself (e.g. a full disk), and the
-    /// writer counts as failed a moment. Any other failure: a fresh writer.
-    async fn after_failure(&self, conn: &mut sqlx::pool::PoolConnection<Sqlite>, busy: bool) {
-        if let Err(rollback) = sqlx::query("ROLLBACK").execute(&mut **conn).await {
-            if !rollback.to_string().contains("no transaction is active") {
-                self.health.failed();
-                conn.close_on_drop();
-            } else if !busy {
-                self.health.failed();
-            }
-        }
-    }
-}
-
-/// Rolls back the savepoint of a write that failed. When the savepoint is
-/// gone, so is the group's transaction (SQLite rolls a whole transaction back
-/// by itself on some errors, e.g. a full disk): that fails the group, so no
-/// later write runs outside it and no earlier one is answered as written.
-async fn roll_back_write(conn: &mut SqliteConnection) -> Result<(), sqlx::Error> {
-    sqlx::query("ROLLBACK TO write; RELEASE write")
-        .execute(conn)
-        .await
-        .map(drop)
-}
-
-/// Answers every write of a group that did not commit with the group's error
-/// (a write that failed by itself keeps its own). A write that never ran is
-/// dropped, and its caller gets the same kind of error (see `write_batch`).
-fn fail_all(jobs: impl Iterator<Item = Result<Answer, WriteJob>>, error: &sqlx::Error) {
-    let transient = super::error::is_transient(error);
-    for answer in jobs.flatten() {
-        let message = format!("the write's group failed: {error}");
-        answer(Some(if transient {
-            StoreError::Unavailable(sqlx::Error::Protocol(message))
-        } else {
-            StoreError::Unexpected(anyhow::anyhow!(message))
-        }));
-    }
-}
-
-/// SQLITE_BUSY or SQLITE_LOCKED: another connection holds the lock (so a
-/// `BEGIN IMMEDIATE` found no transaction to begin).
-fn is_busy(error: &sqlx::Error) -> bool {
-    error
-        .as_database_error()
-        .and_then(|db| db.code())
-        .and_then(|code| code.parse::<i64>().ok())
-        .is_some_and(|code| matches!(code & 0xff, 5 | 6))
-}
-
 /// The test hook of [`PAGE_LIMIT_FILE_VARIABLE`], if set.
 async fn apply_page_limit(
     page_limit_file: Option<&std::path::Path>,
     conn: &mut sqlx::SqliteConnection,
 ) -> Result<(), StoreError> {
-    if let Some(file) = page_limit_file {
-        let limit = std::fs::read_to_string(file)
-            .ok()
-            .and_then(|text| text.trim().parse::<u32>().ok())
-            .unwrap_or(NO_PAGE_LIMIT);
-        // A number parsed above, so nothing but digits reaches the SQL.
+    if let Some(limit) = page_limit(page_limit_file) {
+        // A number, so nothing but digits reaches the SQL.
         sqlx::query(&format!("PRAGMA max_page_count = {limit}"))
             .execute(&mut *conn)
             .await?;
@@ -536,8 +317,6 @@ const SKIP_LOCKED: &str = "";
 /// …and needs no lock on a key either (the statement only keeps the shape).
 const KEY_LOCK: &str = "SELECT $1";
 
-/// No data-modifying CTEs: a write of several tables is statements sent at once.
-const DATA_MODIFYING_CTES: bool = false;
 /// A new payment's statements, sent to the writer at once (see payments.rs).
 const HOLD_SQL: &str = super::payments::SQLITE_HOLD_SQL;
 const CHARGE_SQL: &str = super::payments::SQLITE_CHARGE_SQL;
@@ -589,20 +368,20 @@ mod tests {
         let insert = |keys: &'static [&'static str]| {
             let store = store.clone();
             tokio::spawn(async move {
-                store
-                    .write_batch(move |conn| {
-                        let mut sql = String::from(crate::store::payments::SQLITE_SAVEPOINT_OPEN);
-                        for key in keys {
-                            sql.push_str(&format!(
-                                "INSERT INTO server_settings (key, value) VALUES ('{key}', 'v'); "
-                            ));
-                        }
-                        sql.push_str(
-                            crate::store::payments::SQLITE_SAVEPOINT_CLOSE.trim_start_matches("; "),
-                        );
-                        Box::pin(async move { sqlx::query(&sql).execute(conn).await.map(drop) })
-                    })
-                    .await
+                let mut sql = String::from(crate::store::payments::SQLITE_SAVEPOINT_OPEN);
+                for key in keys {
+                    sql.push_str(&format!(
+                        "INSERT INTO server_settings (key, value) VALUES ('{key}', $1); "
+                    ));
+                }
+                sql.push_str(
+                    crate::store::payments::SQLITE_SAVEPOINT_CLOSE.trim_start_matches("; "),
+                );
+                let write = GroupWrite {
+                    sql: sql.into(),
+                    params: vec![rusqlite::types::Value::Text("v".to_owned())],
+                };
+                store.group_writer.write(write).await
             })
         };
         // Held writer: the first write leads and waits for it; the next three

@@ -6,8 +6,8 @@
 //!
 //! What a backend supplies is named here and nowhere else: the items in the
 //! `use super::…` below (its sqlx database `Db`, its store `ThisStore`, its
-//! `NAME`, and its dialect: the constants `SKIP_LOCKED`, `KEY_LOCK` and
-//! `DATA_MODIFYING_CTES`, the new-payment statements `HOLD_SQL` and
+//! `NAME`, and its dialect: the constants `SKIP_LOCKED` and `KEY_LOCK`, the
+//! new-payment statements `HOLD_SQL` and
 //! `CHARGE_SQL` and, for a target account named by id, `TO_ACCOUNT_SQL`,
 //! `LOCK_SETTLED_TARGETS`,
 //! and the audit's planner settings, its sum of cents and the queries built on
@@ -21,9 +21,8 @@ mod payments;
 mod users;
 
 use super::{
-    Db, ThisStore, AUDIT_ENTRIES_WITHOUT_PAYMENT, AUDIT_SETTINGS, AUDIT_SUM, CHARGE_SQL,
-    DATA_MODIFYING_CTES, HOLD_SQL, KEY_LOCK, LOCK_SETTLED_TARGETS, NAME, SKIP_LOCKED,
-    TO_ACCOUNT_SQL,
+    Db, ThisStore, AUDIT_ENTRIES_WITHOUT_PAYMENT, AUDIT_SETTINGS, AUDIT_SUM, CHARGE_SQL, HOLD_SQL,
+    KEY_LOCK, LOCK_SETTLED_TARGETS, NAME, SKIP_LOCKED, TO_ACCOUNT_SQL,
 };
 use crate::store::pool::{BatchFuture, Lease, RevocationEpoch};
 use crate::store::{Store, StoreError};
@@ -53,23 +52,32 @@ pub(super) trait Connections {
     async fn write(&self) -> Result<Tx, StoreError>;
     /// Runs `batch`, a write that is all or nothing by itself, on a
     /// connection it lends: on PostgreSQL one statement, its own transaction;
-    /// on SQLite statements that the writer runs inside its transaction, in a
-    /// savepoint of their own, committed with the other writes queued beside
-    /// them (group commit). The answer comes once the write is committed.
+    /// on SQLite in a write transaction (its hot writes go to the group
+    /// writer instead, by the two methods below).
     async fn write_batch<O, F>(&self, batch: F) -> Result<O, StoreError>
     where
         O: Send + 'static,
         F: for<'c> FnOnce(&'c mut <Db as sqlx::Database>::Connection) -> BatchFuture<'c, O>
             + Send
             + 'static;
-    /// Writes a new pay without an Idempotency-Key in one statement with the
-    /// pays queued beside it, where this backend does (PostgreSQL; SQLite's
-    /// writer already commits its writes together): `None` when it is to be
-    /// written alone.
+    /// Writes a new payment without an Idempotency-Key together with the
+    /// ones queued beside it: on PostgreSQL the pays, in one statement; on
+    /// SQLite every one, committed by the group writer with the other writes
+    /// queued. `None` when it is to be written alone (`write_batch`).
     async fn record_in_batch(
         &self,
         insert: &crate::store::PaymentInsert,
     ) -> Result<Option<crate::store::payments::Recorded>, StoreError>;
+    /// Rotates a refresh token (the guarded spend, the grant read, the
+    /// successors written) together with the writes queued beside it, where
+    /// this backend does (SQLite's group writer): `Some` of the grant spent,
+    /// if any; `None` when it is to be rotated alone (PostgreSQL: one
+    /// statement of its own).
+    async fn rotate_in_batch(
+        &self,
+        token: crate::store::Presented<'_>,
+        successors: &[crate::store::NewToken],
+    ) -> Result<Option<Option<crate::store::RotatedGrant>>, StoreError>;
     /// Begins a read transaction that sees one consistent snapshot.
     async fn snapshot(&self) -> Result<Tx, StoreError>;
     /// This store's count of committed revocations.

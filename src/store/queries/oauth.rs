@@ -2,7 +2,7 @@
 //! Single-use things (codes, refresh tokens) are consumed by one guarded
 //! statement, never found first and deleted after.
 
-use super::{Connections, Db, ThisStore, Tx, DATA_MODIFYING_CTES};
+use super::{Connections, Db, ThisStore, Tx};
 use crate::store::{
     App, CodeRecord, CodeUse, Consent, NewApp, NewCode, NewGrant, NewToken, OAuthStore, Presented,
     RefreshUse, RotatedGrant, StoreError, TokenRecord,
@@ -392,116 +392,12 @@ impl OAuthStore for ThisStore {
             now,
         } = token;
         // The guarded spend, the successors (one multi-row insert) and
-        // the grant, sent at once: on PostgreSQL one statement (its own
-        // transaction, one round trip); on SQLite one batch in the writer's
-        // transaction that writes nothing unless the spend changed a row.
-        let grant_columns = format!(
-            "g.id AS grant_id, g.scopes AS grant_scopes, {}",
-            crate::store::payments::prefixed(crate::store::sql::USER_COLUMNS, "u")
-        );
-        let spend = |query: &mut sqlx::QueryBuilder<'_, Db>| {
-            query
-                .push("UPDATE oauth_tokens SET used_at = ")
-                .push_bind(now)
-                .push(" WHERE digest = ")
-                .push_bind(digest.to_owned())
-                .push(
-                    " AND kind = 'refresh' AND used_at IS NULL \
-                     AND revoked_at IS NULL AND expires_at > ",
-                )
-                .push_bind(now)
-                .push(
-                    " AND grant_id IN (SELECT id FROM oauth_grants \
-                     WHERE client_id = ",
-                )
-                .push_bind(client_id.to_owned())
-                .push(" AND revoked_at IS NULL)");
-        };
-        let successor_values = |query: &mut sqlx::QueryBuilder<'_, Db>| {
-            query.push("(VALUES ");
-            for (i, token) in successors.iter().enumerate() {
-                query
-                    .push(if i == 0 { "(" } else { ", (" })
-                    .push_bind(token.digest.clone())
-                    .push(", ")
-                    .push_bind(token.kind.as_str())
-                    .push(", ")
-                    .push_bind(token.scopes.clone())
-                    .push(", ")
-                    .push_bind(token.created_at)
-                    .push(", ")
-                    .push_bind(token.expires_at)
-                    .push(")");
-            }
-            query.push(")");
-        };
-        let mut query = sqlx::QueryBuilder::<Db>::new("");
-        let spent = if DATA_MODIFYING_CTES {
-            query.push("WITH spent AS (");
-            spend(&mut query);
-            query.push(" RETURNING grant_id)");
-            if !successors.is_empty() {
-                query.push(
-                    ", issued AS (INSERT INTO oauth_tokens \
-                         (digest, grant_id, kind, scopes, created_at, expires_at) \
-                         SELECT t.digest, spent.grant_id, t.kind, t.scopes, \
-                         t.created_at, t.expires_at FROM spent CROSS JOIN ",
-                );
-                successor_values(&mut query);
-                query.push(" AS t (digest, kind, scopes, created_at, expires_at))");
-            }
-            query.push(format!(
-                " SELECT {grant_columns} FROM oauth_grants g \
-                     JOIN spent ON spent.grant_id = g.id \
-                     JOIN users u ON u.id = g.user_id"
-            ));
-            self.write_batch(move |conn| {
-                Box::pin(async move {
-                    query
-                        .build_query_as::<RotatedGrant>()
-                        .fetch_optional(conn)
-                        .await
-                })
-            })
-            .await?
-        } else {
-            query.push(crate::store::payments::SQLITE_SAVEPOINT_OPEN);
-            spend(&mut query);
-            // changes(): the rows the spend just changed.
-            query
-                .push(format!(
-                    "; SELECT {grant_columns} FROM oauth_grants g \
-                         JOIN oauth_tokens t ON t.grant_id = g.id \
-                         JOIN users u ON u.id = g.user_id \
-                         WHERE changes() = 1 AND t.digest = "
-                ))
-                .push_bind(digest.to_owned());
-            if !successors.is_empty() {
-                query.push(
-                    "; INSERT INTO oauth_tokens \
-                         (digest, grant_id, kind, scopes, created_at, expires_at) \
-                         SELECT v.column1, t.grant_id, v.column2, v.column3, \
-                         v.column4, v.column5 FROM oauth_tokens t, ",
-                );
-                successor_values(&mut query);
-                // Only after a spend (a SELECT leaves changes() alone).
-                query
-                    .push(" AS v WHERE changes() = 1 AND t.digest = ")
-                    .push_bind(digest.to_owned());
-            }
-            query.push(crate::store::payments::SQLITE_SAVEPOINT_CLOSE);
-            // One trip to the writer; every row, so that each
-            // statement runs.
-            self.write_batch(move |conn| {
-                Box::pin(async move {
-                    Ok(query
-                        .build_query_as::<RotatedGrant>()
-                        .fetch_all(conn)
-                        .await?
-                        .pop())
-                })
-            })
-            .await?
+        // the grant, sent at once: on SQLite to the group writer, as one
+        // write that writes nothing unless the spend changed a row; on
+        // PostgreSQL as one statement (its own transaction, one round trip).
+        let spent = match self.rotate_in_batch(token, successors).await? {
+            Some(spent) => spent,
+            None => self.rotate_in_one_statement(token, successors).await?,
         };
         if let Some(grant) = spent {
             return Ok(RefreshUse::Rotated(Box::new(grant)));
@@ -758,4 +654,88 @@ async fn revoke_tokens_of(tx: &mut Tx, grant_id: &str, now: i64) -> Result<(), S
     .execute(&mut **tx)
     .await?;
     Ok(())
+}
+
+impl ThisStore {
+    /// A refresh token's rotation as one statement (data-modifying CTEs): the
+    /// grant spent, if any.
+    async fn rotate_in_one_statement(
+        &self,
+        token: Presented<'_>,
+        successors: &[NewToken],
+    ) -> Result<Option<RotatedGrant>, StoreError> {
+        let Presented {
+            digest,
+            client_id,
+            now,
+        } = token;
+        let grant_columns = format!(
+            "g.id AS grant_id, g.scopes AS grant_scopes, {}",
+            crate::store::payments::prefixed(crate::store::sql::USER_COLUMNS, "u")
+        );
+        let spend = |query: &mut sqlx::QueryBuilder<'_, Db>| {
+            query
+                .push("UPDATE oauth_tokens SET used_at = ")
+                .push_bind(now)
+                .push(" WHERE digest = ")
+                .push_bind(digest.to_owned())
+                .push(
+                    " AND kind = 'refresh' AND used_at IS NULL \
+                     AND revoked_at IS NULL AND expires_at > ",
+                )
+                .push_bind(now)
+                .push(
+                    " AND grant_id IN (SELECT id FROM oauth_grants \
+                     WHERE client_id = ",
+                )
+                .push_bind(client_id.to_owned())
+                .push(" AND revoked_at IS NULL)");
+        };
+        let successor_values = |query: &mut sqlx::QueryBuilder<'_, Db>| {
+            query.push("(VALUES ");
+            for (i, token) in successors.iter().enumerate() {
+                query
+                    .push(if i == 0 { "(" } else { ", (" })
+                    .push_bind(token.digest.clone())
+                    .push(", ")
+                    .push_bind(token.kind.as_str())
+                    .push(", ")
+                    .push_bind(token.scopes.clone())
+                    .push(", ")
+                    .push_bind(token.created_at)
+                    .push(", ")
+                    .push_bind(token.expires_at)
+                    .push(")");
+            }
+            query.push(")");
+        };
+        let mut query = sqlx::QueryBuilder::<Db>::new("");
+        query.push("WITH spent AS (");
+        spend(&mut query);
+        query.push(" RETURNING grant_id)");
+        if !successors.is_empty() {
+            query.push(
+                ", issued AS (INSERT INTO oauth_tokens \
+                     (digest, grant_id, kind, scopes, created_at, expires_at) \
+                     SELECT t.digest, spent.grant_id, t.kind, t.scopes, \
+                     t.created_at, t.expires_at FROM spent CROSS JOIN ",
+            );
+            successor_values(&mut query);
+            query.push(" AS t (digest, kind, scopes, created_at, expires_at))");
+        }
+        query.push(format!(
+            " SELECT {grant_columns} FROM oauth_grants g \
+                 JOIN spent ON spent.grant_id = g.id \
+                 JOIN users u ON u.id = g.user_id"
+        ));
+        self.write_batch(move |conn| {
+            Box::pin(async move {
+                query
+                    .build_query_as::<RotatedGrant>()
+                    .fetch_optional(conn)
+                    .await
+            })
+        })
+        .await
+    }
 }

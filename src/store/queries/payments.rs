@@ -105,7 +105,7 @@ impl ThisStore {
     /// The statements that write `insert`: this backend's new-payment
     /// statements, or, for a target account named by id and not read
     /// (`check_target`), those that also read it.
-    fn payment_sql(insert: &crate::store::PaymentInsert) -> &'static str {
+    pub(crate) fn payment_sql(insert: &crate::store::PaymentInsert) -> &'static str {
         let (hold_sql, charge_sql) = if insert.check_target {
             TO_ACCOUNT_SQL
         } else {
@@ -128,10 +128,7 @@ impl ThisStore {
         if let Some(hold) = &insert.hold {
             // The statements debit the payment's actor by its amount at its
             // time; a hold of anything else is not what they write.
-            if p.actor_id.as_deref() != Some(hold.from.as_str())
-                || hold.cents != p.amount_cents
-                || hold.at != p.date_created
-            {
+            if !insert.hold_is_from_actor() {
                 return Err(StoreError::Unexpected(anyhow::anyhow!(
                     "a hold must move the payment's amount from its actor"
                 )));
