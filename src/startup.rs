@@ -9,7 +9,7 @@ use crate::demo;
 use crate::limits::RateLimits;
 use crate::mailer::Mailer;
 use crate::oauth::credentials;
-use crate::oauth::introspection_cache::{IntrospectionCache, TokenCache};
+use crate::oauth::introspection_cache::{ClientCache, IntrospectionCache, TokenCache};
 use crate::state::{AppState, MAX_BODY_BYTES};
 use crate::store::{self, Store};
 use crate::telemetry;
@@ -129,6 +129,7 @@ impl Application {
             grant_usage: GrantUsage::default(),
             introspection_cache: IntrospectionCache::default(),
             token_cache: TokenCache::default(),
+            client_cache: ClientCache::default(),
         });
 
         let server = HttpServer::new(move || {

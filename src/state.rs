@@ -7,7 +7,7 @@ use crate::auth::usage::GrantUsage;
 use crate::config::Settings;
 use crate::limits::RateLimits;
 use crate::mailer::Mailer;
-use crate::oauth::introspection_cache::{IntrospectionCache, TokenCache};
+use crate::oauth::introspection_cache::{ClientCache, IntrospectionCache, TokenCache};
 use crate::store::Store;
 use secrecy::SecretString;
 use std::sync::Arc;
@@ -31,4 +31,6 @@ pub struct AppState {
     /// What the API's token checks read in the last moments (not `/me`,
     /// which shows the balance as it is).
     pub token_cache: TokenCache,
+    /// The apps the token endpoint authenticated in the last moments.
+    pub client_cache: ClientCache,
 }

@@ -240,9 +240,14 @@ async fn authenticate_client(
     params: &OAuthParams,
 ) -> Result<App, OAuthError> {
     let credentials = client_credentials(req, params)?;
-    client_auth::authenticate_client(state.store.as_ref(), &credentials.id, &credentials.secret)
-        .await
-        .map_err(|e| credentials.refusal(e))
+    client_auth::authenticate_client(
+        state.store.as_ref(),
+        &state.client_cache,
+        &credentials.id,
+        &credentials.secret,
+    )
+    .await
+    .map_err(|e| credentials.refusal(e))
 }
 
 /// Client credentials as presented, not yet checked.

@@ -2,6 +2,7 @@
 //! calling client, and the RFC 6749 §5.2 errors they answer.
 
 use super::credentials;
+use super::introspection_cache::ClientCache;
 use crate::store::{App, Store, StoreError};
 
 /// RFC 6749 §5.2 errors.
@@ -34,14 +35,29 @@ impl GrantError {
     }
 }
 
-/// Checks a client's id and secret. Every failure reads the same.
+/// Checks a client's id and secret. Every failure reads the same. The app's
+/// row may come from `cache` (read within its TTL, and no suspension, secret
+/// change or edit committed here since: see `introspection_cache`); the
+/// secret is checked against it every time.
 #[tracing::instrument(skip_all)]
 pub async fn authenticate_client(
     store: &dyn Store,
+    cache: &ClientCache,
     client_id: &str,
     secret: &str,
 ) -> Result<App, GrantError> {
-    let app = store.find_app(client_id).await?;
+    let epoch = store.revocation_epoch();
+    let app = match cache.get(client_id, epoch) {
+        Some(remembered) => Some(remembered.value.clone()),
+        None => {
+            let read_at = std::time::Instant::now();
+            let app = store.find_app(client_id).await?;
+            if let Some(app) = &app {
+                cache.put(client_id.to_owned(), app.clone(), read_at, epoch);
+            }
+            app
+        }
+    };
     check_client(
         app.as_ref()
             .map(|a| (a.secret_digest.as_str(), a.suspended)),

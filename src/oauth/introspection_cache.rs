@@ -1,10 +1,10 @@
-//! A short memory of token checks. SPEC §6 lets a revoked token, or one of a
+//! A short memory of token and client checks. SPEC §6 lets a revoked token, or one of a
 //! suspended user or app, work for up to 1 second on another instance; this
 //! instance forgets at once (its store's revocation epoch changes with each
 //! such change it commits, and with each change of a user's profile or
 //! contacts, which the remembered rows carry).
 
-use crate::store::{IntrospectingClient, TokenRecord};
+use crate::store::{App, IntrospectingClient, TokenRecord};
 use quick_cache::sync::Cache;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -76,3 +76,7 @@ pub fn introspection_key(client_id: &str, token_digest: &str) -> String {
 /// What the API's token checks read: a token's row with its grant, user and
 /// app, by the token's digest.
 pub type TokenCache = RecentReads<TokenRecord>;
+
+/// What the token endpoint's client authentication reads: an app's row, by
+/// its client id.
+pub type ClientCache = RecentReads<App>;

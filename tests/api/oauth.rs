@@ -39,6 +39,7 @@ on_both_backends!(
     each_token_has_its_own_api_rate_limit,
     a_code_exchanged_after_the_user_revoked_the_app_is_refused,
     a_refresh_may_not_ask_for_more_scopes_than_were_granted,
+    the_token_endpoint_sees_an_apps_suspension_and_new_secret_at_once,
 );
 
 pub(crate) async fn spawn(backend: Backend) -> Option<(TestApp, Fixture)> {
@@ -1757,4 +1758,68 @@ async fn a_refresh_may_not_ask_for_more_scopes_than_were_granted(backend: Backen
     let (status, body) = token_request(&app, &with_scope("access_profile")).await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["scope"], "access_profile");
+}
+
+/// The token endpoint remembers the apps it authenticated a moment; a
+/// suspension or a new secret committed through this instance still takes
+/// effect on the very next request.
+async fn the_token_endpoint_sees_an_apps_suspension_and_new_secret_at_once(backend: Backend) {
+    let Some((app, f)) = spawn(backend).await else {
+        return;
+    };
+    let store = app.store.as_ref();
+    let mut refresh = code_tokens(&app, &f).await["refresh_token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let rotate = |refresh: String, secret: String| {
+        let (app, client_id) = (&app, f.client_id.clone());
+        async move {
+            token_request(
+                app,
+                &[
+                    ("grant_type", "refresh_token"),
+                    ("refresh_token", &refresh),
+                    ("client_id", &client_id),
+                    ("client_secret", &secret),
+                ],
+            )
+            .await
+        }
+    };
+    let (status, rotated) = rotate(refresh.clone(), f.client_secret.clone()).await;
+    assert_eq!(status, 200, "{rotated}");
+    refresh = rotated["refresh_token"].as_str().unwrap().to_owned();
+
+    tally::admin::app_suspend(store, &f.client_id, true)
+        .await
+        .unwrap();
+    let (status, refused) = rotate(refresh.clone(), f.client_secret.clone()).await;
+    assert_eq!(
+        (status, refused["error"].as_str()),
+        (401, Some("invalid_client"))
+    );
+    tally::admin::app_suspend(store, &f.client_id, false)
+        .await
+        .unwrap();
+    let (status, rotated) = rotate(refresh.clone(), f.client_secret.clone()).await;
+    assert_eq!(status, 200, "{rotated}");
+    refresh = rotated["refresh_token"].as_str().unwrap().to_owned();
+
+    let new_secret = "a-new-secret-for-the-app-0123456789";
+    assert!(store
+        .replace_app_secret(
+            &f.user_id,
+            &f.client_id,
+            &tally::oauth::credentials::digest(new_secret)
+        )
+        .await
+        .unwrap());
+    let (status, refused) = rotate(refresh.clone(), f.client_secret.clone()).await;
+    assert_eq!(
+        (status, refused["error"].as_str()),
+        (401, Some("invalid_client"))
+    );
+    let (status, rotated) = rotate(refresh, new_secret.to_owned()).await;
+    assert_eq!(status, 200, "{rotated}");
 }

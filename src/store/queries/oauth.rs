@@ -105,6 +105,8 @@ impl OAuthStore for ThisStore {
                     .bind(&update.site_url),
             )
             .await?;
+        // The token endpoint remembers apps (their redirect URL) a moment.
+        self.revocations().bump();
         Ok(app)
     }
 
