@@ -8,12 +8,6 @@ use tally::admin::{AppAdd, UserAdd};
 use tally::config::Settings;
 use tally::{startup, telemetry};
 
-/// mimalloc instead of glibc's allocator: under load glibc's spent about a
-/// tenth of the server's samples in `_int_malloc`, `malloc_consolidate` and
-/// `free` (README, "Benchmarks").
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 #[derive(Parser)]
 #[command(
     name = "tally",
