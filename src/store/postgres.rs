@@ -118,6 +118,15 @@ impl queries::Connections for PgStore {
         })
     }
 
+    /// In a transaction of its own, which first locks the targets.
+    async fn settle_in_batch(
+        &self,
+        _settlements: &[super::Settlement],
+        _at: i64,
+    ) -> Result<Option<Vec<String>>, StoreError> {
+        Ok(None)
+    }
+
     /// One statement of its own: data-modifying CTEs.
     async fn rotate_in_batch(
         &self,

@@ -235,10 +235,8 @@ impl queries::Connections for SqliteStore {
         &self,
         insert: &crate::store::PaymentInsert,
     ) -> Result<Option<crate::store::payments::Recorded>, StoreError> {
-        let write = GroupWrite {
-            sql: Self::payment_sql(insert).into(),
-            params: group::payment_params(insert)?,
-        };
+        let write =
+            GroupWrite::statements(Self::payment_sql(insert), group::payment_params(insert)?);
         let rows = self.group_writer.write(write).await?;
         Ok(Some(group::recorded(insert, &rows)?))
     }
@@ -258,6 +256,28 @@ impl queries::Connections for SqliteStore {
             Some(row) => Some(group::rotated_grant(row)?),
             None => None,
         }))
+    }
+
+    /// Every round: the group writer commits it with the writes queued
+    /// beside it.
+    async fn settle_in_batch(
+        &self,
+        settlements: &[crate::store::Settlement],
+        at: i64,
+    ) -> Result<Option<Vec<String>>, StoreError> {
+        let rows = self
+            .group_writer
+            .write(group::settlement(settlements.to_vec(), at))
+            .await?;
+        rows.iter()
+            .map(|row| match row.first() {
+                Some(rusqlite::types::Value::Text(id)) => Ok(id.clone()),
+                _ => Err(StoreError::Unexpected(anyhow::anyhow!(
+                    "a settlement answered a row without its payment"
+                ))),
+            })
+            .collect::<Result<_, _>>()
+            .map(Some)
     }
 
     /// A read transaction sees one snapshot of the WAL.
@@ -377,10 +397,8 @@ mod tests {
                 sql.push_str(
                     crate::store::payments::SQLITE_SAVEPOINT_CLOSE.trim_start_matches("; "),
                 );
-                let write = GroupWrite {
-                    sql: sql.into(),
-                    params: vec![rusqlite::types::Value::Text("v".to_owned())],
-                };
+                let write =
+                    GroupWrite::statements(sql, vec![rusqlite::types::Value::Text("v".to_owned())]);
                 store.group_writer.write(write).await
             })
         };

@@ -78,6 +78,15 @@ pub(super) trait Connections {
         token: crate::store::Presented<'_>,
         successors: &[crate::store::NewToken],
     ) -> Result<Option<Option<crate::store::RotatedGrant>>, StoreError>;
+    /// Settles a round of pays (see `settle_payments`) together with the
+    /// writes queued beside it, where this backend does (SQLite's group
+    /// writer): `Some` of the ids settled; `None` when it is to be settled in
+    /// a transaction of its own (PostgreSQL).
+    async fn settle_in_batch(
+        &self,
+        settlements: &[crate::store::Settlement],
+        at: i64,
+    ) -> Result<Option<Vec<String>>, StoreError>;
     /// Begins a read transaction that sees one consistent snapshot.
     async fn snapshot(&self) -> Result<Tx, StoreError>;
     /// This store's count of committed revocations.

@@ -453,6 +453,9 @@ impl PaymentStore for ThisStore {
         if settlements.is_empty() {
             return Ok(Vec::new());
         }
+        if let Some(settled) = self.settle_in_batch(settlements, at).await? {
+            return Ok(settled);
+        }
         let push_ids = |query: &mut sqlx::QueryBuilder<'_, Db>| {
             push_binds(query, settlements.iter().map(|s| s.payment_id.clone()));
         };

@@ -23,6 +23,7 @@
 use super::writer::{page_limit, writer_autocheckpoint_pages, WriterHealth};
 use crate::store::StoreError;
 use rusqlite::types::Value;
+use rusqlite::OptionalExtension;
 use sqlx::SqlitePool;
 use std::borrow::Cow;
 use std::path::PathBuf;
@@ -40,14 +41,35 @@ const STATEMENT_CACHE: usize = 64;
 /// A row a group write's statements returned, its columns in order.
 pub(crate) type Row = Vec<Value>;
 
-/// One write for the group: statements separated by `;` (never inside a
-/// literal), with `$n` parameters, the first `SAVEPOINT write` and the last
-/// `RELEASE write` (see `sqlite_savepoint!`), so that a write that fails is
-/// rolled back alone.
-pub(crate) struct GroupWrite {
-    pub sql: Cow<'static, str>,
-    /// `$1` is the first.
-    pub params: Vec<Value>,
+/// One write for the group: it runs on the group thread's connection inside
+/// the group's transaction, opens the savepoint `write` first and releases it
+/// last (see `sqlite_savepoint!`), so that a write that fails is rolled back
+/// alone; its answer is the rows it read.
+pub(crate) struct GroupWrite(Box<WriteFn>);
+
+/// What a group write runs on the group thread's connection.
+type WriteFn = dyn FnOnce(&rusqlite::Connection) -> Result<Vec<Row>, rusqlite::Error> + Send;
+
+impl GroupWrite {
+    /// Statements separated by `;` (never inside a literal), with `$n`
+    /// parameters (`$1` the first of `params`), the first `SAVEPOINT write`
+    /// and the last `RELEASE write`; the rows of all of them.
+    pub(crate) fn statements(sql: impl Into<Cow<'static, str>>, params: Vec<Value>) -> Self {
+        let sql = sql.into();
+        Self(Box::new(move |conn| run_statements(conn, &sql, &params)))
+    }
+
+    /// A write in Rust, run in the savepoint `write`.
+    fn in_savepoint(
+        write: impl FnOnce(&rusqlite::Connection) -> Result<Vec<Row>, rusqlite::Error> + Send + 'static,
+    ) -> Self {
+        Self(Box::new(move |conn| {
+            conn.execute_batch("SAVEPOINT write")?;
+            let rows = write(conn)?;
+            conn.execute_batch("RELEASE write")?;
+            Ok(rows)
+        }))
+    }
 }
 
 /// The rows of all of a write's statements, in order, once its group has
@@ -284,7 +306,7 @@ fn write_group(
         return Some(error);
     }
     for job in jobs {
-        let result = run_write(conn, &job.write);
+        let result = (job.write.0)(conn);
         let failed = result.is_err();
         answers.push((job.answer, result.map_err(store_error)));
         // When the savepoint is gone, so is the transaction (SQLite rolls a
@@ -331,26 +353,23 @@ fn begin(
     conn.execute_batch("BEGIN IMMEDIATE")
 }
 
-/// Runs a write's statements, each prepared once and kept; the rows of all.
-fn run_write(conn: &rusqlite::Connection, write: &GroupWrite) -> Result<Vec<Row>, rusqlite::Error> {
+/// Runs statements separated by `;`, each prepared once and kept; the rows
+/// of all.
+fn run_statements(
+    conn: &rusqlite::Connection,
+    sql: &str,
+    params: &[Value],
+) -> Result<Vec<Row>, rusqlite::Error> {
     let mut rows = Vec::new();
-    for sql in write
-        .sql
-        .split(';')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-    {
+    for sql in sql.split(';').map(str::trim).filter(|s| !s.is_empty()) {
         let mut statement = conn.prepare_cached(sql)?;
         for index in 1..=statement.parameter_count() {
             let value = statement
                 .parameter_name(index)
                 .and_then(|name| name.strip_prefix('$'))
                 .and_then(|n| n.parse::<usize>().ok())
-                .and_then(|n| write.params.get(n.checked_sub(1)?))
-                .ok_or(rusqlite::Error::InvalidParameterCount(
-                    index,
-                    write.params.len(),
-                ))?;
+                .and_then(|n| params.get(n.checked_sub(1)?))
+                .ok_or(rusqlite::Error::InvalidParameterCount(index, params.len()))?;
             statement.raw_bind_parameter(index, value)?;
         }
         let columns = statement.column_count();
@@ -531,10 +550,7 @@ pub(super) fn rotation(
         sql.push_str(") AS v WHERE changes() = 1 AND t.digest = $2");
     }
     sql.push_str(SQLITE_SAVEPOINT_CLOSE);
-    GroupWrite {
-        sql: sql.into(),
-        params,
-    }
+    GroupWrite::statements(sql, params)
 }
 
 /// The grant a rotation read: its id, its scopes, its user.
@@ -576,5 +592,60 @@ fn column<T: rusqlite::types::FromSql>(row: &[Value], index: usize) -> Result<T,
         StoreError::Unexpected(anyhow::anyhow!(
             "a group write's column {index} did not decode: {error}"
         ))
+    })
+}
+
+/// Settles pays as `settle_payments` does on PostgreSQL, as one write: each
+/// still pending pay whose target account is not suspended becomes settled,
+/// each target is credited once with the sum of its pays, and each pay gets
+/// its two `settle` entries from `@held`. One prepared statement per row
+/// instead of statements as long as the round, which would be prepared anew
+/// for each round's length. Rows: the ids settled.
+pub(super) fn settlement(settlements: Vec<crate::store::Settlement>, at: i64) -> GroupWrite {
+    use rusqlite::params;
+    GroupWrite::in_savepoint(move |conn| {
+        let mut settle = conn.prepare_cached(
+            "UPDATE payments SET status = 'settled', date_completed = ?2 \
+             WHERE id = ?1 AND status = 'pending' AND action = 'pay' \
+             AND EXISTS (SELECT 1 FROM users u \
+                         WHERE u.id = payments.target_user_id AND NOT u.suspended) \
+             RETURNING target_user_id, amount_cents",
+        )?;
+        let mut entry = conn.prepare_cached(
+            "INSERT INTO ledger_entries \
+             (movement_id, kind, account, amount_cents, payment_id, created_at) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        )?;
+        let kind = crate::store::EntryKind::Settle.as_str();
+        let mut credits: std::collections::BTreeMap<String, i64> = Default::default();
+        let mut settled = Vec::new();
+        for s in &settlements {
+            let Some((target, cents)) = settle
+                .query_row(params![s.payment_id, at], |row| {
+                    Ok((row.get::<_, String>(0)?, row.get::<_, i64>(1)?))
+                })
+                .optional()?
+            else {
+                continue;
+            };
+            let (id, movement) = (&s.payment_id, &s.movement_id);
+            entry.execute(params![
+                movement,
+                kind,
+                crate::store::accounts::HELD,
+                -cents,
+                id,
+                at
+            ])?;
+            entry.execute(params![movement, kind, target, cents, id, at])?;
+            *credits.entry(target).or_default() += cents;
+            settled.push(vec![Value::Text(id.clone())]);
+        }
+        let mut credit = conn
+            .prepare_cached("UPDATE users SET balance_cents = balance_cents + ?2 WHERE id = ?1")?;
+        for (account, cents) in &credits {
+            credit.execute(params![account, cents])?;
+        }
+        Ok(settled)
     })
 }
