@@ -250,6 +250,38 @@ pub(crate) enum Recorded {
     },
 }
 
+impl Recorded {
+    /// What a new payment's statements say by their last row (`None`: they
+    /// returned none), which each backend reads with its own rows: `balance`
+    /// reads the actor's balance alone, `to_account` the balance (NULL when a
+    /// pay was not covered) beside the target account read with the write.
+    pub(crate) fn from_last_row<R>(
+        insert: &PaymentInsert,
+        last: Option<&R>,
+        balance: impl FnOnce(&R) -> Result<i64, super::StoreError>,
+        to_account: impl FnOnce(&R) -> Result<(Option<i64>, super::User), super::StoreError>,
+    ) -> Result<Self, super::StoreError> {
+        if insert.check_target {
+            let Some(row) = last else {
+                return Ok(Self::NoSuchTarget);
+            };
+            let (actor_balance_cents, target) = to_account(row)?;
+            return Ok(Self::Written {
+                actor_balance_cents,
+                target: Some(Box::new(target)),
+            });
+        }
+        let actor_balance_cents = last.map(balance).transpose()?;
+        if actor_balance_cents.is_none() && insert.hold.is_none() {
+            return Err(super::StoreError::NotFound("user"));
+        }
+        Ok(Self::Written {
+            actor_balance_cents,
+            target: None,
+        })
+    }
+}
+
 /// A payment, charge or refund as stored. `amount_cents` is positive; `action`
 /// tells the direction. Its words are read back as their types (see
 /// `models.rs`), so a row with any other word fails to load instead of reaching

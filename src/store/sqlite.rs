@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 mod group;
+mod group_writes;
 mod writer;
 use group::{GroupWrite, GroupWriter};
 use writer::{page_limit, writer_autocheckpoint_pages, WriterHealth};
@@ -235,10 +236,12 @@ impl queries::Connections for SqliteStore {
         &self,
         insert: &crate::store::PaymentInsert,
     ) -> Result<Option<crate::store::payments::Recorded>, StoreError> {
-        let write =
-            GroupWrite::statements(Self::payment_sql(insert), group::payment_params(insert)?);
+        let write = GroupWrite::statements(
+            Self::payment_sql(insert),
+            group_writes::payment_params(insert)?,
+        );
         let rows = self.group_writer.write(write).await?;
-        Ok(Some(group::recorded(insert, &rows)?))
+        Ok(Some(group_writes::recorded(insert, &rows)?))
     }
 
     /// Every rotation: the group writer commits it with the writes queued
@@ -250,10 +253,10 @@ impl queries::Connections for SqliteStore {
     ) -> Result<Option<Option<RotatedGrant>>, StoreError> {
         let rows = self
             .group_writer
-            .write(group::rotation(token, successors))
+            .write(group_writes::rotation(token, successors))
             .await?;
         Ok(Some(match rows.last() {
-            Some(row) => Some(group::rotated_grant(row)?),
+            Some(row) => Some(group_writes::rotated_grant(row)?),
             None => None,
         }))
     }
@@ -267,7 +270,7 @@ impl queries::Connections for SqliteStore {
     ) -> Result<Option<Vec<String>>, StoreError> {
         let rows = self
             .group_writer
-            .write(group::settlement(settlements.to_vec(), at))
+            .write(group_writes::settlement(settlements.to_vec(), at))
             .await?;
         rows.iter()
             .map(|row| match row.first() {

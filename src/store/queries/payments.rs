@@ -146,28 +146,16 @@ impl ThisStore {
         insert: &crate::store::PaymentInsert,
         rows: &[<Db as sqlx::Database>::Row],
     ) -> Result<Recorded, StoreError> {
-        if insert.check_target {
-            // The target is read with the write, in the last row.
-            let Some(row) = rows.last() else {
-                return Ok(Recorded::NoSuchTarget);
-            };
-            let read: crate::store::RecordedToAccount = sqlx::FromRow::from_row(row)?;
-            return Ok(Recorded::Written {
-                actor_balance_cents: read.actor_balance_cents,
-                target: Some(Box::new(read.target)),
-            });
-        }
-        let actor_balance_cents = match rows.last() {
-            Some(row) => Some(sqlx::Row::try_get::<i64, _>(row, 0)?),
-            None => None,
-        };
-        if actor_balance_cents.is_none() && insert.hold.is_none() {
-            return Err(StoreError::NotFound("user"));
-        }
-        Ok(Recorded::Written {
-            actor_balance_cents,
-            target: None,
-        })
+        // The target, when read with the write, is in the last row.
+        Recorded::from_last_row(
+            insert,
+            rows.last(),
+            |row| Ok(sqlx::Row::try_get::<i64, _>(row, 0)?),
+            |row| {
+                let read: crate::store::RecordedToAccount = sqlx::FromRow::from_row(row)?;
+                Ok((read.actor_balance_cents, read.target))
+            },
+        )
     }
 
     /// Writes a new payment inside the caller's transaction; see

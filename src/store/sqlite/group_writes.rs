@@ -1,0 +1,217 @@
+//! What SQLite's group writer (`group.rs`) writes: the statements and
+//! parameters of a new payment and of a refresh token's rotation, the
+//! settlement of a round of pays, and the reading of their rows.
+
+use super::group::{GroupWrite, Row};
+use crate::store::StoreError;
+use rusqlite::types::Value;
+use rusqlite::OptionalExtension;
+
+/// What the group writes for a new payment: the parameters of the SQLite
+/// new-payment statements (`SQLITE_HOLD_SQL` and its kin), in the order
+/// `payment_statements` binds them.
+pub(super) fn payment_params(
+    insert: &crate::store::PaymentInsert,
+) -> Result<Vec<Value>, StoreError> {
+    let p = &insert.payment;
+    let text = |s: &str| Value::Text(s.to_owned());
+    let maybe_text = |s: &Option<String>| s.clone().map_or(Value::Null, Value::Text);
+    let maybe_int = |i: Option<i64>| i.map_or(Value::Null, Value::Integer);
+    let mut params = vec![
+        text(&p.id),
+        text(p.kind.as_str()),
+        maybe_text(&p.actor_id),
+        text(p.target_type.as_str()),
+        maybe_text(&p.target_user_id),
+        maybe_text(&p.target_email),
+        maybe_text(&p.target_phone),
+        text(p.action.as_str()),
+        Value::Integer(p.amount_cents),
+        text(&p.note),
+        text(p.audience.as_str()),
+        text(p.status.as_str()),
+        text(p.medium.as_str()),
+        Value::Integer(p.date_created),
+        maybe_int(p.date_completed),
+        maybe_int(p.reached_account_at),
+        maybe_text(&p.refund_payment_id),
+    ];
+    if let Some(hold) = &insert.hold {
+        // As `payment_statements`: the statements debit the actor.
+        if !insert.hold_is_from_actor() {
+            return Err(StoreError::Unexpected(anyhow::anyhow!(
+                "a hold must move the payment's amount from its actor"
+            )));
+        }
+        params.extend([text(&hold.id), text(&hold.to), text(hold.kind.as_str())]);
+    }
+    Ok(params)
+}
+
+/// What a new payment's statements' rows say (see `Recorded::from_last_row`).
+pub(super) fn recorded(
+    insert: &crate::store::PaymentInsert,
+    rows: &[Row],
+) -> Result<crate::store::payments::Recorded, StoreError> {
+    // The target, when read with the write, is in the last row: the actor's
+    // balance, then the account.
+    crate::store::payments::Recorded::from_last_row(
+        insert,
+        rows.last(),
+        |row| column(row, 0),
+        |row| Ok((column(row, 0)?, user(row, 1)?)),
+    )
+}
+
+/// A refresh token's rotation for the group: the guarded spend, the grant
+/// and its user (read only when the spend changed a row), and the
+/// successors (inserted only then), as one write.
+pub(super) fn rotation(
+    token: crate::store::Presented<'_>,
+    successors: &[crate::store::NewToken],
+) -> GroupWrite {
+    use crate::store::payments::{prefixed, SQLITE_SAVEPOINT_CLOSE, SQLITE_SAVEPOINT_OPEN};
+    let mut sql = format!(
+        "{SQLITE_SAVEPOINT_OPEN}\
+         UPDATE oauth_tokens SET used_at = $1 WHERE digest = $2 AND kind = 'refresh' \
+           AND used_at IS NULL AND revoked_at IS NULL AND expires_at > $1 \
+           AND grant_id IN (SELECT id FROM oauth_grants \
+             WHERE client_id = $3 AND revoked_at IS NULL); \
+         SELECT g.id AS grant_id, g.scopes AS grant_scopes, {} \
+         FROM oauth_grants g JOIN oauth_tokens t ON t.grant_id = g.id \
+         JOIN users u ON u.id = g.user_id WHERE changes() = 1 AND t.digest = $2",
+        prefixed(crate::store::sql::USER_COLUMNS, "u")
+    );
+    let mut params = vec![
+        Value::Integer(token.now),
+        Value::Text(token.digest.to_owned()),
+        Value::Text(token.client_id.to_owned()),
+    ];
+    if !successors.is_empty() {
+        sql.push_str(
+            "; INSERT INTO oauth_tokens (digest, grant_id, kind, scopes, created_at, expires_at) \
+             SELECT v.column1, t.grant_id, v.column2, v.column3, v.column4, v.column5 \
+             FROM oauth_tokens t, (VALUES ",
+        );
+        for (i, successor) in successors.iter().enumerate() {
+            let n = params.len();
+            sql.push_str(&format!(
+                "{}(${}, ${}, ${}, ${}, ${})",
+                if i == 0 { "" } else { ", " },
+                n + 1,
+                n + 2,
+                n + 3,
+                n + 4,
+                n + 5
+            ));
+            params.extend([
+                Value::Text(successor.digest.clone()),
+                Value::Text(successor.kind.as_str().to_owned()),
+                successor.scopes.clone().map_or(Value::Null, Value::Text),
+                Value::Integer(successor.created_at),
+                Value::Integer(successor.expires_at),
+            ]);
+        }
+        // Only after a spend (a SELECT leaves changes() alone).
+        sql.push_str(") AS v WHERE changes() = 1 AND t.digest = $2");
+    }
+    sql.push_str(SQLITE_SAVEPOINT_CLOSE);
+    GroupWrite::statements(sql, params)
+}
+
+/// The grant a rotation read: its id, its scopes, its user.
+pub(super) fn rotated_grant(row: &[Value]) -> Result<crate::store::RotatedGrant, StoreError> {
+    Ok(crate::store::RotatedGrant {
+        grant_id: column(row, 0)?,
+        grant_scopes: column(row, 1)?,
+        user: user(row, 2)?,
+    })
+}
+
+/// A user row's columns (`user_columns!`, in `User`'s order) from `at` on.
+fn user(row: &[Value], at: usize) -> Result<crate::store::User, StoreError> {
+    let c = |i: usize| at + i;
+    Ok(crate::store::User {
+        id: column(row, c(0))?,
+        username: column(row, c(1))?,
+        first_name: column(row, c(2))?,
+        last_name: column(row, c(3))?,
+        about: column(row, c(4))?,
+        profile_picture_url: column(row, c(5))?,
+        email: column(row, c(6))?,
+        email_verified: column(row, c(7))?,
+        phone: column(row, c(8))?,
+        phone_verified: column(row, c(9))?,
+        password_hash: column(row, c(10))?,
+        verified: column(row, c(11))?,
+        suspended: column(row, c(12))?,
+        balance_cents: column(row, c(13))?,
+        date_joined: column(row, c(14))?,
+    })
+}
+
+/// One column of a row, as its Rust type.
+fn column<T: rusqlite::types::FromSql>(row: &[Value], index: usize) -> Result<T, StoreError> {
+    use rusqlite::types::ValueRef;
+    let value = row.get(index).map_or(ValueRef::Null, ValueRef::from);
+    T::column_result(value).map_err(|error| {
+        StoreError::Unexpected(anyhow::anyhow!(
+            "a group write's column {index} did not decode: {error}"
+        ))
+    })
+}
+
+/// Settles pays as `settle_payments` does on PostgreSQL, as one write: each
+/// still pending pay whose target account is not suspended becomes settled,
+/// each target is credited once with the sum of its pays, and each pay gets
+/// its two `settle` entries from `@held`. One prepared statement per row
+/// instead of statements as long as the round, which would be prepared anew
+/// for each round's length. Rows: the ids settled.
+pub(super) fn settlement(settlements: Vec<crate::store::Settlement>, at: i64) -> GroupWrite {
+    use rusqlite::params;
+    GroupWrite::in_savepoint(move |conn| {
+        let mut settle = conn.prepare_cached(
+            "UPDATE payments SET status = 'settled', date_completed = ?2 \
+             WHERE id = ?1 AND status = 'pending' AND action = 'pay' \
+             AND EXISTS (SELECT 1 FROM users u \
+                         WHERE u.id = payments.target_user_id AND NOT u.suspended) \
+             RETURNING target_user_id, amount_cents",
+        )?;
+        let mut entry = conn.prepare_cached(
+            "INSERT INTO ledger_entries \
+             (movement_id, kind, account, amount_cents, payment_id, created_at) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        )?;
+        let kind = crate::store::EntryKind::Settle.as_str();
+        let mut credits: std::collections::BTreeMap<String, i64> = Default::default();
+        let mut settled = Vec::new();
+        for s in &settlements {
+            let Some((target, cents)) = settle
+                .query_row(params![s.payment_id, at], |row| {
+                    Ok((row.get::<_, String>(0)?, row.get::<_, i64>(1)?))
+                })
+                .optional()?
+            else {
+                continue;
+            };
+            let (id, movement) = (&s.payment_id, &s.movement_id);
+            entry.execute(params![
+                movement,
+                kind,
+                crate::store::accounts::HELD,
+                -cents,
+                id,
+                at
+            ])?;
+            entry.execute(params![movement, kind, target, cents, id, at])?;
+            *credits.entry(target).or_default() += cents;
+            settled.push(vec![Value::Text(id.clone())]);
+        }
+        let mut credit = conn
+            .prepare_cached("UPDATE users SET balance_cents = balance_cents + ?2 WHERE id = ?1")?;
+        for (account, cents) in &credits {
+            credit.execute(params![account, cents])?;
+        }
+        Ok(settled)
+    })
+}
