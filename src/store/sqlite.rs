@@ -218,7 +218,8 @@ impl queries::Connections for SqliteStore {
     }
 
     /// In a write transaction of its own: the writes that are hot on SQLite
-    /// go to the group writer by `record_in_batch` and `rotate_in_batch`.
+    /// go to the group writer by `record_in_batch`, `rotate_in_batch` and
+    /// `settle_in_batch`.
     async fn write_batch<O, F>(&self, batch: F) -> Result<O, StoreError>
     where
         O: Send + 'static,

@@ -96,7 +96,7 @@ struct WriteQueue {
 pub(super) struct GroupWriter {
     /// sqlx's one writer, held while a group is written (see the module).
     writer: SqlitePool,
-    thread: Mutex<mpsc::Sender<Group>>,
+    thread: mpsc::Sender<Group>,
     queue: Mutex<WriteQueue>,
 }
 
@@ -143,7 +143,7 @@ impl GroupWriter {
             })?;
         Ok(Self {
             writer,
-            thread: Mutex::new(thread),
+            thread,
             queue: Mutex::default(),
         })
     }
@@ -208,11 +208,7 @@ impl GroupWriter {
             }
         };
         let (done, finished) = oneshot::channel();
-        let sent = self
-            .thread
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .send(Group { jobs, done });
+        let sent = self.thread.send(Group { jobs, done });
         // A thread that is gone drops the group: its writes answer 503.
         if sent.is_ok() {
             let _ = finished.await;

@@ -71,17 +71,21 @@ pub(super) fn rotation(
     successors: &[crate::store::NewToken],
 ) -> GroupWrite {
     use crate::store::payments::{prefixed, SQLITE_SAVEPOINT_CLOSE, SQLITE_SAVEPOINT_OPEN};
-    let mut sql = format!(
-        "{SQLITE_SAVEPOINT_OPEN}\
-         UPDATE oauth_tokens SET used_at = $1 WHERE digest = $2 AND kind = 'refresh' \
-           AND used_at IS NULL AND revoked_at IS NULL AND expires_at > $1 \
-           AND grant_id IN (SELECT id FROM oauth_grants \
-             WHERE client_id = $3 AND revoked_at IS NULL); \
-         SELECT g.id AS grant_id, g.scopes AS grant_scopes, {} \
-         FROM oauth_grants g JOIN oauth_tokens t ON t.grant_id = g.id \
-         JOIN users u ON u.id = g.user_id WHERE changes() = 1 AND t.digest = $2",
-        prefixed(crate::store::sql::USER_COLUMNS, "u")
-    );
+    // The spend and the read, the same text for every rotation: made once.
+    static SPEND_AND_READ: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        format!(
+            "{SQLITE_SAVEPOINT_OPEN}\
+             UPDATE oauth_tokens SET used_at = $1 WHERE digest = $2 AND kind = 'refresh' \
+               AND used_at IS NULL AND revoked_at IS NULL AND expires_at > $1 \
+               AND grant_id IN (SELECT id FROM oauth_grants \
+                 WHERE client_id = $3 AND revoked_at IS NULL); \
+             SELECT g.id AS grant_id, g.scopes AS grant_scopes, {} \
+             FROM oauth_grants g JOIN oauth_tokens t ON t.grant_id = g.id \
+             JOIN users u ON u.id = g.user_id WHERE changes() = 1 AND t.digest = $2",
+            prefixed(crate::store::sql::USER_COLUMNS, "u")
+        )
+    });
+    let mut sql = SPEND_AND_READ.clone();
     let mut params = vec![
         Value::Integer(token.now),
         Value::Text(token.digest.to_owned()),
