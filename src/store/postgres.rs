@@ -118,13 +118,25 @@ impl queries::Connections for PgStore {
         })
     }
 
-    /// In a transaction of its own, which first locks the targets.
+    /// One statement: the migration's `settle_batch` function, which first
+    /// locks the targets.
     async fn settle_in_batch(
         &self,
-        _settlements: &[super::Settlement],
-        _at: i64,
-    ) -> Result<Option<Vec<String>>, StoreError> {
-        Ok(None)
+        settlements: &[super::Settlement],
+        at: i64,
+    ) -> Result<Vec<String>, StoreError> {
+        let (ids, movements): (Vec<&str>, Vec<&str>) = settlements
+            .iter()
+            .map(|s| (s.payment_id.as_str(), s.movement_id.as_str()))
+            .unzip();
+        Ok(
+            sqlx::query_scalar("SELECT settled_id FROM settle_batch($1::text[], $2::text[], $3)")
+                .bind(ids)
+                .bind(movements)
+                .bind(at)
+                .fetch_all(&mut *self.statements.lease().await?)
+                .await?,
+        )
     }
 
     /// One statement of its own: data-modifying CTEs.
@@ -162,15 +174,6 @@ const TO_ACCOUNT_SQL: (&str, &str) = (
     super::payments::PG_HOLD_TO_ACCOUNT_SQL,
     super::payments::PG_CHARGE_TO_ACCOUNT_SQL,
 );
-/// A settlement batch first locks the accounts it credits in id order, as every
-/// other transaction that moves money does, so two cannot deadlock. Each
-/// account once: a join would lock an account paid twice in the batch twice,
-/// and the second lock of a row that changed meanwhile queues behind whoever
-/// waits for the first (a deadlock when that row also has a key-share lock).
-const LOCK_SETTLED_TARGETS: Option<(&str, &str)> = Some((
-    "SELECT id FROM users WHERE id IN (SELECT target_user_id FROM payments WHERE id IN (",
-    ")) ORDER BY id FOR NO KEY UPDATE",
-));
 
 /// The audit's snapshot reads every sum in the order of an index that holds
 /// all it needs: the covering indexes on ledger_entries, and the payments'

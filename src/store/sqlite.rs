@@ -268,7 +268,7 @@ impl queries::Connections for SqliteStore {
         &self,
         settlements: &[crate::store::Settlement],
         at: i64,
-    ) -> Result<Option<Vec<String>>, StoreError> {
+    ) -> Result<Vec<String>, StoreError> {
         let rows = self
             .group_writer
             .write(group_writes::settlement(settlements.to_vec(), at))
@@ -280,8 +280,7 @@ impl queries::Connections for SqliteStore {
                     "a settlement answered a row without its payment"
                 ))),
             })
-            .collect::<Result<_, _>>()
-            .map(Some)
+            .collect()
     }
 
     /// A read transaction sees one snapshot of the WAL.
@@ -350,8 +349,6 @@ const TO_ACCOUNT_SQL: (&str, &str) = (
     super::payments::SQLITE_HOLD_TO_ACCOUNT_SQL,
     super::payments::SQLITE_CHARGE_TO_ACCOUNT_SQL,
 );
-/// The one writer already excludes every other settlement.
-const LOCK_SETTLED_TARGETS: Option<(&str, &str)> = None;
 
 /// SQLite's planner needs no settings for the audit.
 const AUDIT_SETTINGS: &[&str] = &[];

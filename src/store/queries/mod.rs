@@ -9,7 +9,6 @@
 //! `NAME`, and its dialect: the constants `SKIP_LOCKED` and `KEY_LOCK`, the
 //! new-payment statements `HOLD_SQL` and
 //! `CHARGE_SQL` and, for a target account named by id, `TO_ACCOUNT_SQL`,
-//! `LOCK_SETTLED_TARGETS`,
 //! and the audit's planner settings, its sum of cents and the queries built on
 //! it), and its connection handling, the
 //! `Connections` trait. The files below take what they need from this module by
@@ -22,7 +21,7 @@ mod users;
 
 use super::{
     Db, ThisStore, AUDIT_ENTRIES_WITHOUT_PAYMENT, AUDIT_SETTINGS, AUDIT_SUM, CHARGE_SQL, HOLD_SQL,
-    KEY_LOCK, LOCK_SETTLED_TARGETS, NAME, SKIP_LOCKED, TO_ACCOUNT_SQL,
+    KEY_LOCK, NAME, SKIP_LOCKED, TO_ACCOUNT_SQL,
 };
 use crate::store::pool::{BatchFuture, Lease, RevocationEpoch};
 use crate::store::{Store, StoreError};
@@ -78,15 +77,14 @@ pub(super) trait Connections {
         token: crate::store::Presented<'_>,
         successors: &[crate::store::NewToken],
     ) -> Result<Option<Option<crate::store::RotatedGrant>>, StoreError>;
-    /// Settles a round of pays (see `settle_payments`) together with the
-    /// writes queued beside it, where this backend does (SQLite's group
-    /// writer): `Some` of the ids settled; `None` when it is to be settled in
-    /// a transaction of its own (PostgreSQL).
+    /// Settles a round of pays (see `settle_payments`), as one write: on
+    /// SQLite committed by the group writer with the writes queued beside it,
+    /// on PostgreSQL one statement (a function). The ids settled.
     async fn settle_in_batch(
         &self,
         settlements: &[crate::store::Settlement],
         at: i64,
-    ) -> Result<Option<Vec<String>>, StoreError>;
+    ) -> Result<Vec<String>, StoreError>;
     /// Begins a read transaction that sees one consistent snapshot.
     async fn snapshot(&self) -> Result<Tx, StoreError>;
     /// This store's count of committed revocations.

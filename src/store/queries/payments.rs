@@ -5,7 +5,7 @@
 
 use super::{
     push_binds, Args, Connections, Db, ThisStore, AUDIT_ENTRIES_WITHOUT_PAYMENT, AUDIT_SETTINGS,
-    AUDIT_SUM, CHARGE_SQL, HOLD_SQL, LOCK_SETTLED_TARGETS, SKIP_LOCKED, TO_ACCOUNT_SQL,
+    AUDIT_SUM, CHARGE_SQL, HOLD_SQL, SKIP_LOCKED, TO_ACCOUNT_SQL,
 };
 use crate::store::payments::Recorded;
 use crate::store::{AccountBalance, AuditSnapshot, LedgerSum, Movement, PaymentStore, StoreError};
@@ -441,87 +441,7 @@ impl PaymentStore for ThisStore {
         if settlements.is_empty() {
             return Ok(Vec::new());
         }
-        if let Some(settled) = self.settle_in_batch(settlements, at).await? {
-            return Ok(settled);
-        }
-        let push_ids = |query: &mut sqlx::QueryBuilder<'_, Db>| {
-            push_binds(query, settlements.iter().map(|s| s.payment_id.clone()));
-        };
-        let mut tx = self.write().await?;
-        if let Some((head, tail)) = LOCK_SETTLED_TARGETS {
-            let mut lock = sqlx::QueryBuilder::<Db>::new(head);
-            push_ids(&mut lock);
-            lock.push(tail);
-            lock.build().fetch_all(&mut *tx).await?;
-        }
-        let mut update = sqlx::QueryBuilder::<Db>::new(
-            "UPDATE payments SET status = 'settled', date_completed = ",
-        );
-        update
-            .push_bind(at)
-            .push(" WHERE id IN (SELECT id FROM payments WHERE id IN (");
-        push_ids(&mut update);
-        update.push(format!(
-            ") AND status = 'pending'{SKIP_LOCKED}) \
-             AND status = 'pending' AND action = 'pay' \
-             AND EXISTS (SELECT 1 FROM users u \
-                         WHERE u.id = payments.target_user_id AND NOT u.suspended) \
-             RETURNING id, target_user_id, amount_cents"
-        ));
-        let settled: Vec<(String, String, i64)> =
-            update.build_query_as().fetch_all(&mut *tx).await?;
-        if settled.is_empty() {
-            tx.rollback().await?;
-            return Ok(Vec::new());
-        }
-        let mut credits: std::collections::BTreeMap<&str, i64> = Default::default();
-        for (_, target, cents) in &settled {
-            *credits.entry(target.as_str()).or_default() += cents;
-        }
-        let mut credit = sqlx::QueryBuilder::<Db>::new(
-            "UPDATE users SET balance_cents = balance_cents + CASE id",
-        );
-        for (account, cents) in &credits {
-            credit
-                .push(" WHEN ")
-                .push_bind(account.to_string())
-                .push(" THEN ")
-                .push_bind(*cents);
-        }
-        credit.push(" END WHERE id IN (");
-        push_binds(
-            &mut credit,
-            credits.keys().map(|account| account.to_string()),
-        );
-        credit.push(")");
-        credit.build().execute(&mut *tx).await?;
-        let movements: std::collections::HashMap<&str, &str> = settlements
-            .iter()
-            .map(|s| (s.payment_id.as_str(), s.movement_id.as_str()))
-            .collect();
-        let mut entries = sqlx::QueryBuilder::<Db>::new(
-            "INSERT INTO ledger_entries \
-             (movement_id, kind, account, amount_cents, payment_id, created_at) ",
-        );
-        let mut rows = Vec::with_capacity(settled.len() * 2);
-        for (id, target, cents) in &settled {
-            let movement = *movements
-                .get(id.as_str())
-                .ok_or(StoreError::NotFound("settlement"))?;
-            rows.push((movement, crate::store::accounts::HELD, -cents, id));
-            rows.push((movement, target.as_str(), *cents, id));
-        }
-        entries.push_values(rows, |mut row, (movement, account, cents, id)| {
-            row.push_bind(movement.to_owned())
-                .push_bind(crate::store::EntryKind::Settle.as_str())
-                .push_bind(account.to_owned())
-                .push_bind(cents)
-                .push_bind(id.clone())
-                .push_bind(at);
-        });
-        entries.build().execute(&mut *tx).await?;
-        tx.commit().await?;
-        Ok(settled.into_iter().map(|(id, _, _)| id).collect())
+        self.settle_in_batch(settlements, at).await
     }
 
     #[tracing::instrument(skip_all, fields(count = ids.len()))]
