@@ -541,7 +541,7 @@ impl PaymentStore for ThisStore {
             format!(
                 "SELECT {}, u.suspended AS target_suspended FROM payments p \
                  LEFT JOIN users u ON u.id = p.target_user_id \
-                 WHERE p.status = 'pending' AND ( \
+                 WHERE p.date_completed IS NULL AND p.status = 'pending' AND ( \
                    (p.action = 'pay' AND p.target_user_id IS NOT NULL \
                      AND p.reached_account_at <= $1) \
                    OR (p.target_user_id IS NULL AND p.date_created <= $2)) \
