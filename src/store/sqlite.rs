@@ -273,14 +273,7 @@ impl queries::Connections for SqliteStore {
             .group_writer
             .write(group_writes::settlement(settlements.to_vec(), at))
             .await?;
-        rows.iter()
-            .map(|row| match row.first() {
-                Some(rusqlite::types::Value::Text(id)) => Ok(id.clone()),
-                _ => Err(StoreError::Unexpected(anyhow::anyhow!(
-                    "a settlement answered a row without its payment"
-                ))),
-            })
-            .collect()
+        group_writes::settled_ids(&rows)
     }
 
     /// A read transaction sees one snapshot of the WAL.

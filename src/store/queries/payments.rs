@@ -537,6 +537,9 @@ impl PaymentStore for ThisStore {
         expire_by: i64,
         limit: i64,
     ) -> Result<Vec<crate::store::DuePayment>, StoreError> {
+        // `date_completed IS NULL` says again what `pending` says: it is the
+        // predicate of PostgreSQL's index of open payments (see its migration
+        // `open_payments_index`), which only this query names.
         static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
             format!(
                 "SELECT {}, u.suspended AS target_suspended FROM payments p \

@@ -1,8 +1,8 @@
 //! Group commit on SQLite, on a thread and a connection of its own.
 //!
 //! The writes that are all or nothing by themselves (a new payment, a refresh
-//! token's rotation, a settlement round: `group_writes.rs`) queue here. A write queued while none is being written
-//! leads: it takes every write queued by then (up to [`MAX_GROUP`]) and the
+//! token's rotation, a settlement round: `group_writes.rs`) queue here. A
+//! write queued while none is being written leads: it takes every write queued by then (up to [`MAX_GROUP`]) and the
 //! group thread commits them in one transaction, each in a savepoint of its
 //! own, so each is still all or nothing and one that fails leaves the others
 //! in; then the writes queued meanwhile, until none is left. One BEGIN, one

@@ -123,6 +123,11 @@ pub(super) fn rotation(
     GroupWrite::statements(sql, params)
 }
 
+/// The ids a settlement's rows name (see `settlement`).
+pub(super) fn settled_ids(rows: &[Row]) -> Result<Vec<String>, StoreError> {
+    rows.iter().map(|row| column(row, 0)).collect()
+}
+
 /// The grant a rotation read: its id, its scopes, its user.
 pub(super) fn rotated_grant(row: &[Value]) -> Result<crate::store::RotatedGrant, StoreError> {
     Ok(crate::store::RotatedGrant {
