@@ -553,12 +553,13 @@ const WORKER_ROUNDS: usize = 25;
 /// many instances at once: each payment changes state exactly once. The timings
 /// apply when the worker looks, so a changed setting applies to every payment.
 /// Settlements, nearly all of the work, are committed a round at a time in one
-/// transaction; the rare failures and expiries one by one.
+/// transaction, found by the store as it settles them; then what is left is
+/// read: the rare failures and expiries, done one by one.
 #[tracing::instrument(skip_all)]
 pub async fn process_due(store: &dyn Store, timing: Timing, now: i64) -> Result<usize, StoreError> {
-    let mut done = 0;
     let settle_by = now.saturating_sub(micros(timing.settlement_delay));
     let expire_by = now.saturating_sub(micros(timing.unclaimed_expiry));
+    let mut done = settle_due(store, settle_by, now).await?;
     for _ in 0..WORKER_ROUNDS {
         let due = store
             .due_payments(settle_by, expire_by, WORKER_BATCH)
@@ -567,6 +568,31 @@ pub async fn process_due(store: &dyn Store, timing: Timing, now: i64) -> Result<
         let moved = process_round(store, &due, now).await?;
         done += moved;
         if !full || moved == 0 {
+            break;
+        }
+    }
+    Ok(done)
+}
+
+/// Settles the pays due by `settle_by`, a round at a time while rounds come
+/// back full; how many. A round that cannot be settled is left to the rounds
+/// that read what is due, which settle one by one what a round cannot.
+async fn settle_due(store: &dyn Store, settle_by: i64, now: i64) -> Result<usize, StoreError> {
+    let mut done = 0;
+    for _ in 0..WORKER_ROUNDS {
+        let settled = match store.settle_due(settle_by, now, WORKER_BATCH).await {
+            Ok(settled) => settled,
+            Err(StoreError::Unavailable(e)) => return Err(StoreError::Unavailable(e)),
+            Err(error) => {
+                let cause = format!("cannot settle a round: {error}");
+                if let Some(suppressed) = crate::log_throttle::admit(&cause) {
+                    tracing::error!(error = ?error, suppressed, "cannot settle a round; reading what is due instead");
+                }
+                break;
+            }
+        };
+        done += settled;
+        if i64::try_from(settled).unwrap_or(i64::MAX) < WORKER_BATCH {
             break;
         }
     }

@@ -137,6 +137,16 @@ macro_rules! sqlite_savepoint {
     };
 }
 
+/// The ids of the pays due for settlement (`Store::settle_due`): pending,
+/// reached an account at or before `$1` that is not suspended; the oldest
+/// `$2`. `date_completed IS NULL` as in `due_payments`, for PostgreSQL's
+/// index of open payments.
+pub(crate) const SETTLEMENT_DUE_SQL: &str = "SELECT p.id FROM payments p \
+     JOIN users u ON u.id = p.target_user_id \
+     WHERE p.date_completed IS NULL AND p.status = 'pending' AND p.action = 'pay' \
+     AND p.reached_account_at <= $1 AND NOT u.suspended \
+     ORDER BY p.date_created LIMIT $2";
+
 pub(crate) const SQLITE_SAVEPOINT_OPEN: &str = sqlite_savepoint!(open);
 pub(crate) const SQLITE_SAVEPOINT_CLOSE: &str = sqlite_savepoint!(close);
 

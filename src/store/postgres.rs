@@ -118,6 +118,32 @@ impl queries::Connections for PgStore {
         })
     }
 
+    /// The ids due, then `settle_in_batch`: two statements, as the movement
+    /// ids are made here.
+    async fn settle_due_in_batch(
+        &self,
+        settle_by: i64,
+        at: i64,
+        limit: i64,
+    ) -> Result<usize, StoreError> {
+        let due: Vec<String> = sqlx::query_scalar(super::payments::SETTLEMENT_DUE_SQL)
+            .bind(settle_by)
+            .bind(limit)
+            .fetch_all(&mut *self.statements.lease().await?)
+            .await?;
+        let settlements: Vec<super::Settlement> = due
+            .into_iter()
+            .map(|payment_id| super::Settlement {
+                payment_id,
+                movement_id: crate::domain::new_id(),
+            })
+            .collect();
+        if settlements.is_empty() {
+            return Ok(0);
+        }
+        Ok(self.settle_in_batch(&settlements, at).await?.len())
+    }
+
     /// One statement: the migration's `settle_batch` function, which first
     /// locks the targets.
     async fn settle_in_batch(

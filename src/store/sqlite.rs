@@ -276,6 +276,31 @@ impl queries::Connections for SqliteStore {
         group_writes::settled_ids(&rows)
     }
 
+    /// The group writer finds the pays due inside its transaction, so none
+    /// of them crosses to this side and back. It is only asked when a read
+    /// finds one due: an idle server takes no write lock.
+    async fn settle_due_in_batch(
+        &self,
+        settle_by: i64,
+        at: i64,
+        limit: i64,
+    ) -> Result<usize, StoreError> {
+        let one_due: Option<String> =
+            sqlx::query_scalar(crate::store::payments::SETTLEMENT_DUE_SQL)
+                .bind(settle_by)
+                .bind(1_i64)
+                .fetch_optional(&mut *self.lease().await?)
+                .await?;
+        if one_due.is_none() {
+            return Ok(0);
+        }
+        let rows = self
+            .group_writer
+            .write(group_writes::settlement_of_due(settle_by, at, limit))
+            .await?;
+        Ok(rows.len())
+    }
+
     /// A read transaction sees one snapshot of the WAL.
     async fn snapshot(&self) -> Result<Transaction<'static, Sqlite>, StoreError> {
         Ok(self.reader.begin().await?)

@@ -23,6 +23,7 @@ on_both_backends!(
     an_expiry_decided_before_a_claim_does_not_overtake_it,
     a_settlement_decided_before_a_suspension_does_not_credit_the_account,
     a_settlement_batch_settles_each_due_pay_once_and_passes_by_the_rest,
+    settling_what_is_due_takes_the_oldest_due_pays_to_active_accounts_once,
     a_refresh_token_rotates_once_for_its_own_client_while_live,
     a_payment_row_with_an_unknown_word_does_not_load,
     pays_made_at_once_each_move_their_own_money_or_none,
@@ -797,6 +798,72 @@ async fn a_settlement_batch_settles_each_due_pay_once_and_passes_by_the_rest(bac
         .collect();
     want.sort_by(|a, b| a.0.cmp(&b.0));
     assert_eq!(statuses, want);
+    let report = ledger::audit::run(store.as_ref()).await.unwrap();
+    assert!(report.ok, "{:?}", report.discrepancies);
+}
+
+async fn settling_what_is_due_takes_the_oldest_due_pays_to_active_accounts_once(backend: Backend) {
+    let Some((_db, store)) = store_for(backend).await else {
+        return;
+    };
+    let mut users = Vec::new();
+    for name in ["ann", "bob", "cy"] {
+        users.push(
+            store
+                .insert_user(&new_user(name, None, None))
+                .await
+                .unwrap(),
+        );
+    }
+    let (ann, bob, cy) = (&users[0], &users[1], &users[2]);
+    ledger::deposit(store.as_ref(), &ann.id, Amount::parse("20").unwrap())
+        .await
+        .unwrap();
+    let to = |user: &tally::store::User| ledger::payments::TargetAddress::UserId(user.id.clone());
+    let first = pay_four(store.as_ref(), ann, to(bob)).await.payment;
+    let to_cy = pay_four(store.as_ref(), ann, to(cy)).await.payment;
+    let second = pay_four(store.as_ref(), ann, to(bob)).await.payment;
+    let settle_by = now_micros();
+    let not_yet_due = pay_four(store.as_ref(), ann, to(bob)).await.payment;
+    store
+        .update_user_flags(
+            &cy.id,
+            UserFlags {
+                verified: None,
+                suspended: Some(true),
+            },
+        )
+        .await
+        .unwrap();
+    // The oldest first, as many as asked for; the suspended account's pay
+    // and the pay made after `settle_by` are passed by.
+    assert_eq!(
+        store.settle_due(settle_by, now_micros(), 1).await.unwrap(),
+        1
+    );
+    let status = |id: String| {
+        let store = store.clone();
+        async move { store.find_payments(&[id]).await.unwrap()[0].status }
+    };
+    assert_eq!(status(first.id.clone()).await, PaymentStatus::Settled);
+    assert_eq!(status(second.id.clone()).await, PaymentStatus::Pending);
+    assert_eq!(
+        store.settle_due(settle_by, now_micros(), 10).await.unwrap(),
+        1
+    );
+    assert_eq!(
+        store.settle_due(settle_by, now_micros(), 10).await.unwrap(),
+        0
+    );
+    assert_eq!(status(second.id).await, PaymentStatus::Settled);
+    assert_eq!(status(to_cy.id).await, PaymentStatus::Pending);
+    assert_eq!(status(not_yet_due.id).await, PaymentStatus::Pending);
+    let bob_now = store
+        .find_user(UserKey::Id(&bob.id))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(bob_now.balance_cents, 800);
     let report = ledger::audit::run(store.as_ref()).await.unwrap();
     assert!(report.ok, "{:?}", report.discrepancies);
 }

@@ -85,6 +85,15 @@ pub(super) trait Connections {
         settlements: &[crate::store::Settlement],
         at: i64,
     ) -> Result<Vec<String>, StoreError>;
+    /// Settles the pays due (see `Store::settle_due`) as one write: on SQLite
+    /// found and settled by the group writer, in one trip; on PostgreSQL
+    /// found, then settled by `settle_in_batch`. How many were settled.
+    async fn settle_due_in_batch(
+        &self,
+        settle_by: i64,
+        at: i64,
+        limit: i64,
+    ) -> Result<usize, StoreError>;
     /// Begins a read transaction that sees one consistent snapshot.
     async fn snapshot(&self) -> Result<Tx, StoreError>;
     /// This store's count of committed revocations.

@@ -444,6 +444,11 @@ impl PaymentStore for ThisStore {
         self.settle_in_batch(settlements, at).await
     }
 
+    #[tracing::instrument(skip_all)]
+    async fn settle_due(&self, settle_by: i64, at: i64, limit: i64) -> Result<usize, StoreError> {
+        self.settle_due_in_batch(settle_by, at, limit).await
+    }
+
     #[tracing::instrument(skip_all, fields(count = ids.len()))]
     async fn find_payments(
         &self,

@@ -75,15 +75,18 @@ impl GroupWrite {
 /// committed.
 type Answer = oneshot::Sender<Result<Vec<Row>, StoreError>>;
 
+/// A write's answer and where it goes.
+type Answered = (Answer, Result<Vec<Row>, StoreError>);
+
 struct Job {
     write: GroupWrite,
     answer: Answer,
 }
 
-/// A group for the thread, and how it tells the leader it is done with it.
+/// A group for the thread, and how it hands the leader the group's answers.
 struct Group {
     jobs: Vec<Job>,
-    done: oneshot::Sender<()>,
+    done: oneshot::Sender<Vec<Answered>>,
 }
 
 #[derive(Default)]
@@ -211,9 +214,17 @@ impl GroupWriter {
         let sent = self.thread.send(Group { jobs, done });
         // A thread that is gone drops the group: its writes answer 503.
         if sent.is_ok() {
-            let _ = finished.await;
+            if let Ok(answers) = finished.await {
+                drop(held);
+                // Answered here, on the runtime: each answer wakes its
+                // caller's task without a wake of this thread from the group
+                // thread, which would take the core from it once per write.
+                for (answer, result) in answers {
+                    // The caller may have gone; the write stands all the same.
+                    let _ = answer.send(result);
+                }
+            }
         }
-        drop(held);
     }
 
     fn lock_queue(&self) -> std::sync::MutexGuard<'_, WriteQueue> {
@@ -231,32 +242,37 @@ struct GroupThread {
 }
 
 impl GroupThread {
-    /// Commits a group and answers each of its writes: with its rows, with
-    /// its own error, or with the group's when the group did not commit.
+    /// Commits a group and hands the leader the answer to each of its
+    /// writes: its rows, its own error, or the group's when the group did not
+    /// commit.
     fn commit(&mut self, group: Group) {
         let Group { jobs, done } = group;
         let mut answers = Vec::with_capacity(jobs.len());
         let failure = self.run(jobs, &mut answers);
-        for (answer, result) in answers {
-            let result = match (&failure, result) {
-                (_, Err(own)) => Err(own),
-                (Some(failure), Ok(_)) => Err(group_error(failure)),
-                (None, Ok(rows)) => Ok(rows),
-            };
-            // The caller may have gone; the write stands all the same.
-            let _ = answer.send(result);
+        let answers = answers
+            .into_iter()
+            .map(|(answer, result)| {
+                let result = match (&failure, result) {
+                    (_, Err(own)) => Err(own),
+                    (Some(failure), Ok(_)) => Err(group_error(failure)),
+                    (None, Ok(rows)) => Ok(rows),
+                };
+                (answer, result)
+            })
+            .collect();
+        // A leader that is gone (its runtime shutting down) cannot pass them
+        // on: answered from here instead.
+        if let Err(answers) = done.send(answers) {
+            for (answer, result) in answers {
+                let _ = answer.send(result);
+            }
         }
-        let _ = done.send(());
     }
 
     /// Runs the writes in one transaction on the thread's connection (opened
     /// now if there is none); the group's failure, if it did not commit. A
     /// write that never ran is dropped (see `GroupWriter::write`).
-    fn run(
-        &mut self,
-        jobs: Vec<Job>,
-        answers: &mut Vec<(Answer, Result<Vec<Row>, StoreError>)>,
-    ) -> Option<rusqlite::Error> {
+    fn run(&mut self, jobs: Vec<Job>, answers: &mut Vec<Answered>) -> Option<rusqlite::Error> {
         if self.conn.is_none() {
             match open(&self.path) {
                 Ok(conn) => self.conn = Some(conn),
@@ -295,7 +311,7 @@ fn write_group(
     conn: &rusqlite::Connection,
     page_limit_file: Option<&std::path::Path>,
     jobs: Vec<Job>,
-    answers: &mut Vec<(Answer, Result<Vec<Row>, StoreError>)>,
+    answers: &mut Vec<Answered>,
 ) -> Option<rusqlite::Error> {
     if let Err(error) = begin(conn, page_limit_file) {
         return Some(error);

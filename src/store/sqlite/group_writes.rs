@@ -170,57 +170,82 @@ fn column<T: rusqlite::types::FromSql>(row: &[Value], index: usize) -> Result<T,
     })
 }
 
-/// Settles pays as `settle_payments` does on PostgreSQL, as one write: each
-/// still pending pay whose target account is not suspended becomes settled,
-/// each target is credited once with the sum of its pays, and each pay gets
-/// its two `settle` entries from `@held`. One prepared statement per row
-/// instead of statements as long as the round, which would be prepared anew
-/// for each round's length. Rows: the ids settled.
+/// Settles pays as `settle_payments` does on PostgreSQL, as one write (see
+/// [`settle`]). Rows: the ids settled.
 pub(super) fn settlement(settlements: Vec<crate::store::Settlement>, at: i64) -> GroupWrite {
-    use rusqlite::params;
+    GroupWrite::in_savepoint(move |conn| settle(conn, &settlements, at))
+}
+
+/// Settles the pays due by `settle_by` (`Store::settle_due`), found in the
+/// group's transaction, as one write (see [`settle`]). Rows: the ids settled.
+pub(super) fn settlement_of_due(settle_by: i64, at: i64, limit: i64) -> GroupWrite {
     GroupWrite::in_savepoint(move |conn| {
-        let mut settle = conn.prepare_cached(
-            "UPDATE payments SET status = 'settled', date_completed = ?2 \
-             WHERE id = ?1 AND status = 'pending' AND action = 'pay' \
-             AND EXISTS (SELECT 1 FROM users u \
-                         WHERE u.id = payments.target_user_id AND NOT u.suspended) \
-             RETURNING target_user_id, amount_cents",
-        )?;
-        let mut entry = conn.prepare_cached(
-            "INSERT INTO ledger_entries \
-             (movement_id, kind, account, amount_cents, payment_id, created_at) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-        )?;
-        let kind = crate::store::EntryKind::Settle.as_str();
-        let mut credits: std::collections::BTreeMap<String, i64> = Default::default();
-        let mut settled = Vec::new();
-        for s in &settlements {
-            let Some((target, cents)) = settle
-                .query_row(params![s.payment_id, at], |row| {
-                    Ok((row.get::<_, String>(0)?, row.get::<_, i64>(1)?))
+        let mut due = conn.prepare_cached(crate::store::payments::SETTLEMENT_DUE_SQL)?;
+        let settlements = due
+            .query_map(rusqlite::params![settle_by, limit], |row| row.get(0))?
+            .map(|payment_id| {
+                Ok(crate::store::Settlement {
+                    payment_id: payment_id?,
+                    movement_id: crate::domain::new_id(),
                 })
-                .optional()?
-            else {
-                continue;
-            };
-            let (id, movement) = (&s.payment_id, &s.movement_id);
-            entry.execute(params![
-                movement,
-                kind,
-                crate::store::accounts::HELD,
-                -cents,
-                id,
-                at
-            ])?;
-            entry.execute(params![movement, kind, target, cents, id, at])?;
-            *credits.entry(target).or_default() += cents;
-            settled.push(vec![Value::Text(id.clone())]);
-        }
-        let mut credit = conn
-            .prepare_cached("UPDATE users SET balance_cents = balance_cents + ?2 WHERE id = ?1")?;
-        for (account, cents) in &credits {
-            credit.execute(params![account, cents])?;
-        }
-        Ok(settled)
+            })
+            .collect::<Result<Vec<_>, rusqlite::Error>>()?;
+        settle(conn, &settlements, at)
     })
+}
+
+/// Each still pending pay whose target account is not suspended becomes
+/// settled, each target is credited once with the sum of its pays, and each
+/// pay gets its two `settle` entries from `@held`. One prepared statement per
+/// row instead of statements as long as the round, which would be prepared
+/// anew for each round's length. Rows: the ids settled.
+fn settle(
+    conn: &rusqlite::Connection,
+    settlements: &[crate::store::Settlement],
+    at: i64,
+) -> Result<Vec<Row>, rusqlite::Error> {
+    use rusqlite::params;
+    let mut settle = conn.prepare_cached(
+        "UPDATE payments SET status = 'settled', date_completed = ?2 \
+         WHERE id = ?1 AND status = 'pending' AND action = 'pay' \
+         AND EXISTS (SELECT 1 FROM users u \
+                     WHERE u.id = payments.target_user_id AND NOT u.suspended) \
+         RETURNING target_user_id, amount_cents",
+    )?;
+    let mut entry = conn.prepare_cached(
+        "INSERT INTO ledger_entries \
+         (movement_id, kind, account, amount_cents, payment_id, created_at) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    )?;
+    let kind = crate::store::EntryKind::Settle.as_str();
+    let mut credits: std::collections::BTreeMap<String, i64> = Default::default();
+    let mut settled = Vec::new();
+    for s in settlements {
+        let Some((target, cents)) = settle
+            .query_row(params![s.payment_id, at], |row| {
+                Ok((row.get::<_, String>(0)?, row.get::<_, i64>(1)?))
+            })
+            .optional()?
+        else {
+            continue;
+        };
+        let (id, movement) = (&s.payment_id, &s.movement_id);
+        entry.execute(params![
+            movement,
+            kind,
+            crate::store::accounts::HELD,
+            -cents,
+            id,
+            at
+        ])?;
+        entry.execute(params![movement, kind, target, cents, id, at])?;
+        *credits.entry(target).or_default() += cents;
+        settled.push(vec![Value::Text(id.clone())]);
+    }
+    let mut credit =
+        conn.prepare_cached("UPDATE users SET balance_cents = balance_cents + ?2 WHERE id = ?1")?;
+    for (account, cents) in &credits {
+        credit.execute(params![account, cents])?;
+    }
+    Ok(settled)
 }
