@@ -706,19 +706,8 @@ async fn a_settlement_batch_settles_each_due_pay_once_and_passes_by_the_rest(bac
     let Some((_db, store)) = store_for(backend).await else {
         return;
     };
-    let mut users = Vec::new();
-    for name in ["ann", "bob", "cy"] {
-        users.push(
-            store
-                .insert_user(&new_user(name, None, None))
-                .await
-                .unwrap(),
-        );
-    }
+    let users = ann_with_twenty_bob_and_cy(store.as_ref()).await;
     let (ann, bob, cy) = (&users[0], &users[1], &users[2]);
-    ledger::deposit(store.as_ref(), &ann.id, Amount::parse("20").unwrap())
-        .await
-        .unwrap();
     let to = |user: &tally::store::User| ledger::payments::TargetAddress::UserId(user.id.clone());
     let to_bob = pay_four(store.as_ref(), ann, to(bob)).await.payment;
     let again_to_bob = pay_four(store.as_ref(), ann, to(bob)).await.payment;
@@ -806,19 +795,8 @@ async fn settling_what_is_due_takes_the_oldest_due_pays_to_active_accounts_once(
     let Some((_db, store)) = store_for(backend).await else {
         return;
     };
-    let mut users = Vec::new();
-    for name in ["ann", "bob", "cy"] {
-        users.push(
-            store
-                .insert_user(&new_user(name, None, None))
-                .await
-                .unwrap(),
-        );
-    }
+    let users = ann_with_twenty_bob_and_cy(store.as_ref()).await;
     let (ann, bob, cy) = (&users[0], &users[1], &users[2]);
-    ledger::deposit(store.as_ref(), &ann.id, Amount::parse("20").unwrap())
-        .await
-        .unwrap();
     let to = |user: &tally::store::User| ledger::payments::TargetAddress::UserId(user.id.clone());
     let first = pay_four(store.as_ref(), ann, to(bob)).await.payment;
     let to_cy = pay_four(store.as_ref(), ann, to(cy)).await.payment;
@@ -1295,6 +1273,23 @@ async fn a_pay_that_fails_its_batch_fails_alone(backend: Backend) {
     assert_eq!(payer.balance_cents, 1000);
     let report = ledger::audit::run(store.as_ref()).await.unwrap();
     assert!(report.ok, "{:?}", report.discrepancies);
+}
+
+/// ann (holding 20.00), bob and cy, in that order.
+async fn ann_with_twenty_bob_and_cy(store: &dyn Store) -> Vec<tally::store::User> {
+    let mut users = Vec::new();
+    for name in ["ann", "bob", "cy"] {
+        users.push(
+            store
+                .insert_user(&new_user(name, None, None))
+                .await
+                .unwrap(),
+        );
+    }
+    ledger::deposit(store, &users[0].id, Amount::parse("20").unwrap())
+        .await
+        .unwrap();
+    users
 }
 
 async fn pay_four(
