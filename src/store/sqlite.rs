@@ -11,7 +11,9 @@ mod group;
 mod group_writes;
 mod writer;
 use group::{GroupWrite, GroupWriter};
-use writer::{page_limit, writer_autocheckpoint_pages, WriterHealth};
+use writer::{
+    page_limit, writer_autocheckpoint_pages, WalRestart, WriterHealth, WAL_RESTART_PAGES,
+};
 
 /// Test hook: a file holding a page count that every write transaction applies
 /// as `PRAGMA max_page_count` (the database's size when it is smaller), or no
@@ -122,16 +124,22 @@ impl SqliteStore {
             .connect_with(options)
             .await?;
         let page_limit_file = std::env::var_os(PAGE_LIMIT_FILE_VARIABLE).map(PathBuf::from);
+        let wal_restart = Arc::new(WalRestart::default());
         let group_writer = Arc::new(
             GroupWriter::start(
                 writer.clone(),
                 path,
                 page_limit_file.clone(),
                 health.clone(),
+                wal_restart.clone(),
             )
             .map_err(|e| StoreError::Unexpected(anyhow::Error::new(e)))?,
         );
-        tokio::spawn(checkpoint_wal(checkpointer, Arc::downgrade(&group_writer)));
+        tokio::spawn(checkpoint_wal(
+            checkpointer,
+            Arc::downgrade(&group_writer),
+            wal_restart,
+        ));
         Ok(Self {
             readers,
             reader,
@@ -294,11 +302,23 @@ impl queries::Connections for SqliteStore {
         if one_due.is_none() {
             return Ok(0);
         }
-        let rows = self
-            .group_writer
-            .write(group_writes::settlement_of_due(settle_by, at, limit))
-            .await?;
-        Ok(rows.len())
+        // In slices, each a group write of its own: the pays queued behind a
+        // slice wait for it, not for the whole round.
+        let mut settled = 0;
+        let mut left = limit;
+        while left > 0 {
+            let slice = left.min(SETTLEMENT_SLICE);
+            let rows = self
+                .group_writer
+                .write(group_writes::settlement_of_due(settle_by, at, slice))
+                .await?;
+            settled += rows.len();
+            if i64::try_from(rows.len()).unwrap_or(i64::MAX) < slice {
+                break;
+            }
+            left -= slice;
+        }
+        Ok(settled)
     }
 
     /// A read transaction sees one snapshot of the WAL.
@@ -311,6 +331,10 @@ impl queries::Connections for SqliteStore {
     }
 }
 
+/// The most pays one group write of a settlement round settles (see
+/// `settle_due_in_batch`).
+const SETTLEMENT_SLICE: i64 = 64;
+
 /// How often the WAL is checkpointed (see [`checkpoint_wal`]).
 const CHECKPOINT_INTERVAL: Duration = Duration::from_millis(100);
 
@@ -320,7 +344,11 @@ const CHECKPOINT_INTERVAL: Duration = Duration::from_millis(100);
 /// it on the committing connection, the one writer, every 1,000 pages: a
 /// third of its time under load, during which no write can go on. It stops
 /// when the store is dropped.
-async fn checkpoint_wal(checkpointer: SqlitePool, store: std::sync::Weak<GroupWriter>) {
+async fn checkpoint_wal(
+    checkpointer: SqlitePool,
+    store: std::sync::Weak<GroupWriter>,
+    wal_restart: Arc<WalRestart>,
+) {
     let mut ticks = tokio::time::interval(CHECKPOINT_INTERVAL);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -328,13 +356,36 @@ async fn checkpoint_wal(checkpointer: SqlitePool, store: std::sync::Weak<GroupWr
         if store.strong_count() == 0 {
             return;
         }
-        if let Err(error) = sqlx::query("PRAGMA wal_checkpoint(PASSIVE)")
-            .execute(&checkpointer)
-            .await
-        {
+        // A large WAL copied to its end (as it was when the pass began): a
+        // second pass copies what was written during the first, so that
+        // what the group thread is left to copy is a moment's worth.
+        let caught_up = match checkpoint_passive(&checkpointer).await {
+            Some(pages) if pages >= WAL_RESTART_PAGES => {
+                checkpoint_passive(&checkpointer).await.is_some()
+            }
+            _ => false,
+        };
+        if caught_up {
+            wal_restart.request();
+        }
+    }
+}
+
+/// A passive checkpoint: the WAL's size in pages when every one of them was
+/// copied, `None` if some are left or it failed.
+async fn checkpoint_passive(checkpointer: &SqlitePool) -> Option<i64> {
+    // busy, the WAL's pages, the pages copied
+    let outcome: Result<(i64, i64, i64), _> = sqlx::query_as("PRAGMA wal_checkpoint(PASSIVE)")
+        .fetch_one(checkpointer)
+        .await;
+    match outcome {
+        Ok((0, pages, copied)) if pages == copied => Some(pages),
+        Ok(_) => None,
+        Err(error) => {
             if let Some(suppressed) = crate::log_throttle::admit("sqlite checkpoint failed") {
                 tracing::warn!(%error, suppressed, "the SQLite WAL could not be checkpointed");
             }
+            None
         }
     }
 }

@@ -362,10 +362,11 @@ pub trait PaymentStore: Send + Sync {
         at: i64,
     ) -> Result<Vec<String>, StoreError>;
 
-    /// Settles, as `settle_payments` does and in one transaction, the
-    /// oldest `limit` of the pending pays that reached an account at or
-    /// before `settle_by` whose owner is not suspended, each with a movement
-    /// id of its own. Returns how many were settled.
+    /// Settles, as `settle_payments` does, the oldest `limit` of the
+    /// pending pays that reached an account at or before `settle_by` whose
+    /// owner is not suspended, each with a movement id of its own. Returns
+    /// how many were settled. Each pay is settled all or nothing; SQLite
+    /// commits a round in slices, so the writes queued behind wait less.
     async fn settle_due(&self, settle_by: i64, at: i64, limit: i64) -> Result<usize, StoreError>;
 
     async fn find_payments(&self, ids: &[String]) -> Result<Vec<Payment>, StoreError>;

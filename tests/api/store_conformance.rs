@@ -24,6 +24,7 @@ on_both_backends!(
     a_settlement_decided_before_a_suspension_does_not_credit_the_account,
     a_settlement_batch_settles_each_due_pay_once_and_passes_by_the_rest,
     settling_what_is_due_takes_the_oldest_due_pays_to_active_accounts_once,
+    a_settlement_round_larger_than_a_slice_settles_as_many_as_asked,
     a_refresh_token_rotates_once_for_its_own_client_while_live,
     a_payment_row_with_an_unknown_word_does_not_load,
     pays_made_at_once_each_move_their_own_money_or_none,
@@ -842,6 +843,64 @@ async fn settling_what_is_due_takes_the_oldest_due_pays_to_active_accounts_once(
         .unwrap()
         .unwrap();
     assert_eq!(bob_now.balance_cents, 800);
+    let report = ledger::audit::run(store.as_ref()).await.unwrap();
+    assert!(report.ok, "{:?}", report.discrepancies);
+}
+
+/// SQLite commits a round in slices of 64 (`SETTLEMENT_SLICE`): a round of
+/// 100 spans two, and one of 200 ends early when the due pays run out.
+async fn a_settlement_round_larger_than_a_slice_settles_as_many_as_asked(backend: Backend) {
+    let Some((_db, store)) = store_for(backend).await else {
+        return;
+    };
+    let users = ann_with_twenty_bob_and_cy(store.as_ref()).await;
+    let (ann, bob) = (&users[0], &users[1]);
+    ledger::deposit(store.as_ref(), &ann.id, Amount::parse("600").unwrap())
+        .await
+        .unwrap();
+    let mut pays = Vec::new();
+    for _ in 0..150 {
+        let to_bob = ledger::payments::TargetAddress::UserId(bob.id.clone());
+        pays.push(pay_four(store.as_ref(), ann, to_bob).await.payment.id);
+    }
+    let settle_by = now_micros();
+    assert_eq!(
+        store
+            .settle_due(settle_by, now_micros(), 100)
+            .await
+            .unwrap(),
+        100
+    );
+    let settled = |ids: &[String]| {
+        let store = store.clone();
+        let ids = ids.to_vec();
+        async move {
+            store
+                .find_payments(&ids)
+                .await
+                .unwrap()
+                .iter()
+                .filter(|p| p.status == PaymentStatus::Settled)
+                .count()
+        }
+    };
+    // The oldest hundred, in both slices.
+    assert_eq!(settled(&pays[..100]).await, 100);
+    assert_eq!(settled(&pays[100..]).await, 0);
+    assert_eq!(
+        store
+            .settle_due(settle_by, now_micros(), 200)
+            .await
+            .unwrap(),
+        50
+    );
+    assert_eq!(settled(&pays).await, 150);
+    let bob_now = store
+        .find_user(UserKey::Id(&bob.id))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(bob_now.balance_cents, 150 * 400);
     let report = ledger::audit::run(store.as_ref()).await.unwrap();
     assert!(report.ok, "{:?}", report.discrepancies);
 }

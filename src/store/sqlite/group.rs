@@ -20,7 +20,7 @@
 //! write transactions of `SqliteStore::write` wait for it, as they wait for
 //! each other, and neither side ever finds the database locked.
 
-use super::writer::{page_limit, writer_autocheckpoint_pages, WriterHealth};
+use super::writer::{page_limit, writer_autocheckpoint_pages, WalRestart, WriterHealth};
 use crate::store::StoreError;
 use rusqlite::types::Value;
 use sqlx::SqlitePool;
@@ -129,12 +129,14 @@ impl GroupWriter {
         path: PathBuf,
         page_limit_file: Option<PathBuf>,
         health: Arc<WriterHealth>,
+        wal_restart: Arc<WalRestart>,
     ) -> std::io::Result<Self> {
         let (thread, groups) = mpsc::channel();
         let mut group_thread = GroupThread {
             path,
             page_limit_file,
             health,
+            wal_restart,
             conn: None,
         };
         std::thread::Builder::new()
@@ -238,6 +240,7 @@ struct GroupThread {
     path: PathBuf,
     page_limit_file: Option<PathBuf>,
     health: Arc<WriterHealth>,
+    wal_restart: Arc<WalRestart>,
     conn: Option<rusqlite::Connection>,
 }
 
@@ -265,6 +268,21 @@ impl GroupThread {
         if let Err(answers) = done.send(answers) {
             for (answer, result) in answers {
                 let _ = answer.send(result);
+            }
+        }
+        if failure.is_none() && self.wal_restart.take() {
+            self.finish_checkpoint();
+        }
+    }
+
+    /// Copies into the database file what the checkpointer left of the WAL
+    /// (see [`WalRestart`]), so that the next group's write starts it over.
+    /// A failure here loses nothing: the checkpointer and the backstop go on.
+    fn finish_checkpoint(&self) {
+        let Some(conn) = &self.conn else { return };
+        if let Err(error) = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())) {
+            if let Some(suppressed) = crate::log_throttle::admit("sqlite checkpoint failed") {
+                tracing::warn!(%error, suppressed, "the SQLite WAL could not be checkpointed");
             }
         }
     }

@@ -2,6 +2,7 @@
 //! thread's, see `group.rs`) share: their health, the page-limit test hook,
 //! and the checkpoint backstop.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -30,6 +31,34 @@ impl WriterHealth {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .is_some_and(|at| at.elapsed() < WRITER_FAILURE_SHOWN_FOR)
+    }
+}
+
+/// Past this many WAL pages, once the checkpointer has copied all of them,
+/// the group thread finishes the checkpoint (see [`WalRestart`]).
+pub(super) const WAL_RESTART_PAGES: i64 = 4096;
+
+/// Lets the WAL start over from its beginning without the writer waiting
+/// on a large checkpoint. SQLite starts it over at the first write after a
+/// checkpoint that reached the WAL's end, which the checkpointer, copying
+/// while writes go on, never does under steady writes: left alone, the WAL
+/// grows to the writers' backstop, whose checkpoint then syncs everything
+/// copied or written since the checkpointer's last sync, with every write
+/// waiting (tens of milliseconds). Instead, once the checkpointer has copied
+/// and synced the WAL up to a moment ago, it asks the group thread to finish
+/// after its next commit: a few milliseconds' worth of pages.
+#[derive(Default)]
+pub(super) struct WalRestart(AtomicBool);
+
+impl WalRestart {
+    /// The checkpointer has copied and synced a large WAL up to a moment ago.
+    pub(super) fn request(&self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether the writer should finish the checkpoint now (once per request).
+    pub(super) fn take(&self) -> bool {
+        self.0.swap(false, Ordering::Relaxed)
     }
 }
 
