@@ -347,8 +347,7 @@ async fn concurrent_deposits_into_one_account_all_count(backend: Backend) {
         .unwrap()
         .unwrap();
     assert_eq!(user.balance_cents, 16 * 101);
-    let report = ledger::audit::run(store.as_ref()).await.unwrap();
-    assert!(report.ok, "{:?}", report.discrepancies);
+    assert_audit_ok(store.as_ref()).await;
 }
 
 async fn the_first_stored_server_setting_wins(backend: Backend) {
@@ -491,8 +490,7 @@ async fn the_audit_finds_held_money_that_no_pending_pay_explains(backend: Backen
     )
     .await;
     // Held money is part of the books: the audit holds while the pay is pending.
-    let report = ledger::audit::run(store.as_ref()).await.unwrap();
-    assert!(report.ok, "{:?}", report.discrepancies);
+    assert_audit_ok(store.as_ref()).await;
     tamper(&db, "UPDATE payments SET status = 'cancelled'").await;
     let report = ledger::audit::run(store.as_ref()).await.unwrap();
     assert!(!report.ok);
@@ -541,8 +539,7 @@ async fn the_audit_finds_a_settlement_credited_to_the_wrong_account(backend: Bac
     )
     .await;
     run_workers_once(store.as_ref()).await;
-    let report = ledger::audit::run(store.as_ref()).await.unwrap();
-    assert!(report.ok, "{:?}", report.discrepancies);
+    assert_audit_ok(store.as_ref()).await;
     // Entries on two accounts the payment does not name, each netting to
     // nothing, move no money: the payment is checked in full and passes.
     tamper(
@@ -556,8 +553,7 @@ async fn the_audit_finds_a_settlement_credited_to_the_wrong_account(backend: Bac
         ),
     )
     .await;
-    let report = ledger::audit::run(store.as_ref()).await.unwrap();
-    assert!(report.ok, "{:?}", report.discrepancies);
+    assert_audit_ok(store.as_ref()).await;
     // Eve gets bob's money, with balances and entries that agree with each
     // other: only the payment's own record tells.
     for sql in [
@@ -641,8 +637,7 @@ async fn an_expiry_decided_before_a_claim_does_not_overtake_it(backend: Backend)
         matches!(outcome, tally::store::TransitionOutcome::NotPending),
         "{outcome:?}"
     );
-    let report = ledger::audit::run(store.as_ref()).await.unwrap();
-    assert!(report.ok, "{:?}", report.discrepancies);
+    assert_audit_ok(store.as_ref()).await;
 }
 
 async fn a_settlement_decided_before_a_suspension_does_not_credit_the_account(backend: Backend) {
@@ -699,8 +694,7 @@ async fn a_settlement_decided_before_a_suspension_does_not_credit_the_account(ba
     run_workers_once(store.as_ref()).await;
     let payment = store.find_payments(&[made.payment.id]).await.unwrap();
     assert_eq!(payment[0].status, PaymentStatus::Failed);
-    let report = ledger::audit::run(store.as_ref()).await.unwrap();
-    assert!(report.ok, "{:?}", report.discrepancies);
+    assert_audit_ok(store.as_ref()).await;
 }
 
 async fn a_settlement_batch_settles_each_due_pay_once_and_passes_by_the_rest(backend: Backend) {
@@ -752,21 +746,9 @@ async fn a_settlement_batch_settles_each_due_pay_once_and_passes_by_the_rest(bac
         .await
         .unwrap()
         .is_empty());
-    let balance = |id: &str| {
-        let store = store.clone();
-        let id = id.to_owned();
-        async move {
-            store
-                .find_user(UserKey::Id(&id))
-                .await
-                .unwrap()
-                .unwrap()
-                .balance_cents
-        }
-    };
-    assert_eq!(balance(&bob.id).await, 800);
-    assert_eq!(balance(&cy.id).await, 0);
-    assert_eq!(balance(&ann.id).await, 2000 - 1200);
+    assert_eq!(balance_of(store.as_ref(), &bob.id).await, 800);
+    assert_eq!(balance_of(store.as_ref(), &cy.id).await, 0);
+    assert_eq!(balance_of(store.as_ref(), &ann.id).await, 2000 - 1200);
     let ids = [to_bob.id, again_to_bob.id, to_cy.id, cancelled.id];
     let mut statuses: Vec<(String, PaymentStatus)> = store
         .find_payments(&ids)
@@ -788,8 +770,7 @@ async fn a_settlement_batch_settles_each_due_pay_once_and_passes_by_the_rest(bac
         .collect();
     want.sort_by(|a, b| a.0.cmp(&b.0));
     assert_eq!(statuses, want);
-    let report = ledger::audit::run(store.as_ref()).await.unwrap();
-    assert!(report.ok, "{:?}", report.discrepancies);
+    assert_audit_ok(store.as_ref()).await;
 }
 
 async fn settling_what_is_due_takes_the_oldest_due_pays_to_active_accounts_once(backend: Backend) {
@@ -837,14 +818,8 @@ async fn settling_what_is_due_takes_the_oldest_due_pays_to_active_accounts_once(
     assert_eq!(status(second.id).await, PaymentStatus::Settled);
     assert_eq!(status(to_cy.id).await, PaymentStatus::Pending);
     assert_eq!(status(not_yet_due.id).await, PaymentStatus::Pending);
-    let bob_now = store
-        .find_user(UserKey::Id(&bob.id))
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(bob_now.balance_cents, 800);
-    let report = ledger::audit::run(store.as_ref()).await.unwrap();
-    assert!(report.ok, "{:?}", report.discrepancies);
+    assert_eq!(balance_of(store.as_ref(), &bob.id).await, 800);
+    assert_audit_ok(store.as_ref()).await;
 }
 
 /// SQLite commits a round in slices of 64 (`SETTLEMENT_SLICE`): a round of
@@ -895,14 +870,8 @@ async fn a_settlement_round_larger_than_a_slice_settles_as_many_as_asked(backend
         50
     );
     assert_eq!(settled(&pays).await, 150);
-    let bob_now = store
-        .find_user(UserKey::Id(&bob.id))
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(bob_now.balance_cents, 150 * 400);
-    let report = ledger::audit::run(store.as_ref()).await.unwrap();
-    assert!(report.ok, "{:?}", report.discrepancies);
+    assert_eq!(balance_of(store.as_ref(), &bob.id).await, 150 * 400);
+    assert_audit_ok(store.as_ref()).await;
 }
 
 async fn a_refresh_token_rotates_once_for_its_own_client_while_live(backend: Backend) {
@@ -1214,8 +1183,7 @@ async fn pays_made_at_once_each_move_their_own_money_or_none(backend: Backend) {
         store.find_payments(&created).await.unwrap().len(),
         created.len()
     );
-    let report = ledger::audit::run(store.as_ref()).await.unwrap();
-    assert!(report.ok, "{:?}", report.discrepancies);
+    assert_audit_ok(store.as_ref()).await;
     if let tally::config::DatabaseUrl::Postgres(url) = &db.url {
         // Rows one transaction wrote share its id (xmin): pays that waited
         // for the ones before them went in together.
@@ -1330,11 +1298,26 @@ async fn a_pay_that_fails_its_batch_fails_alone(backend: Backend) {
         .unwrap()
         .unwrap();
     assert_eq!(payer.balance_cents, 1000);
-    let report = ledger::audit::run(store.as_ref()).await.unwrap();
-    assert!(report.ok, "{:?}", report.discrepancies);
+    assert_audit_ok(store.as_ref()).await;
 }
 
 /// ann (holding 20.00), bob and cy, in that order.
+/// The audit over the whole ledger finds nothing wrong.
+async fn assert_audit_ok(store: &dyn Store) {
+    let report = ledger::audit::run(store).await.unwrap();
+    assert!(report.ok, "{:?}", report.discrepancies);
+}
+
+/// A user's balance as the store has it now.
+async fn balance_of(store: &dyn Store, id: &str) -> i64 {
+    store
+        .find_user(UserKey::Id(id))
+        .await
+        .unwrap()
+        .unwrap()
+        .balance_cents
+}
+
 async fn ann_with_twenty_bob_and_cy(store: &dyn Store) -> Vec<tally::store::User> {
     let mut users = Vec::new();
     for name in ["ann", "bob", "cy"] {
@@ -1516,14 +1499,8 @@ async fn a_settlement_and_a_pay_waiting_on_one_changed_account_both_go_through()
         .unwrap()
         .unwrap()
         .expect("the pay went through");
-    let bob_now = store
-        .find_user(UserKey::Id(&bob.id))
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(bob_now.balance_cents, 2000 + 800 - 400);
-    let report = ledger::audit::run(store.as_ref()).await.unwrap();
-    assert!(report.ok, "{:?}", report.discrepancies);
+    assert_eq!(balance_of(store.as_ref(), &bob.id).await, 2000 + 800 - 400);
+    assert_audit_ok(store.as_ref()).await;
 }
 
 /// Waits (boundedly) until `n` transactions of this database wait on a lock.
