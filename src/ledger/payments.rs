@@ -552,9 +552,9 @@ const WORKER_ROUNDS: usize = 25;
 /// Settles, fails or expires every payment whose time has come. Safe to run on
 /// many instances at once: each payment changes state exactly once. The timings
 /// apply when the worker looks, so a changed setting applies to every payment.
-/// Settlements, nearly all of the work, are committed a round at a time in one
-/// transaction, found by the store as it settles them; then what is left is
-/// read: the rare failures and expiries, done one by one.
+/// Settlements, nearly all of the work, are committed a round at a time (on
+/// SQLite in slices of a round), found by the store as it settles them; then
+/// what is left is read: the rare failures and expiries, done one by one.
 #[tracing::instrument(skip_all)]
 pub async fn process_due(store: &dyn Store, timing: Timing, now: i64) -> Result<usize, StoreError> {
     let settle_by = now.saturating_sub(micros(timing.settlement_delay));

@@ -85,9 +85,10 @@ pub(super) trait Connections {
         settlements: &[crate::store::Settlement],
         at: i64,
     ) -> Result<Vec<String>, StoreError>;
-    /// Settles the pays due (see `Store::settle_due`) as one write: on SQLite
-    /// found and settled by the group writer, in one trip; on PostgreSQL
-    /// found, then settled by `settle_in_batch`. How many were settled.
+    /// Settles the pays due (see `Store::settle_due`): on SQLite found and
+    /// settled by the group writer, a slice of the round per trip; on
+    /// PostgreSQL found, then settled by `settle_in_batch` in one write. How
+    /// many were settled.
     async fn settle_due_in_batch(
         &self,
         settle_by: i64,
