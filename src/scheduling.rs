@@ -1,9 +1,10 @@
 //! How the kernel schedules Tally's password hashing threads against the rest
 //! (Linux; a no-op elsewhere).
 //!
-//! They run as SCHED_IDLE ([`run_only_when_idle`]): any other thread that
-//! wakes up takes the CPU from them at once, so an API request never waits
-//! behind a hash. At nice 19, the lowest normal priority, a hashing thread that
+//! Their arithmetic runs as SCHED_IDLE ([`run_only_when_idle`]): any other
+//! thread that wakes up takes the CPU from it at once, so an API request never
+//! waits behind a hash. Only the arithmetic: a SCHED_IDLE thread must share no
+//! lock with the API (see `auth::password`). At nice 19, the lowest normal priority, a hashing thread that
 //! got the CPU kept it for the rest of its slice (a few milliseconds) before a
 //! woken API thread could run. Lowering a thread's own policy needs no
 //! privilege.

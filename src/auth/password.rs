@@ -5,6 +5,17 @@
 //! one. Each thread keeps its 19 MiB of argon2 memory and reuses it for every
 //! hash.
 //!
+//! Only argon2's arithmetic runs at idle priority ([`IdleArgon2`]). An idle
+//! thread that is preempted while it holds a lock waits for an idle CPU
+//! before it lets go, and under load that is hundreds of milliseconds: when
+//! the hashing threads themselves took jobs from the API's channel and woke
+//! the API's tasks, an actix worker that queued a sign-in or was handed an
+//! answer now and then stalled behind one, with every request on it
+//! (`GET /v1/me` on PostgreSQL beside sign-ins: single requests of 250-460 ms,
+//! p99 54-204 ms). So each hashing thread runs at normal priority, takes the
+//! jobs, answers and rests, and hands the arithmetic to an idle helper of its
+//! own, which shares a lock with no one else and neither allocates nor frees.
+//!
 //! Idle priority alone is not enough on a virtual machine: a core kept busy
 //! hashing is charged by the hypervisor all the same, and the API pays for it
 //! in stolen time (a spinning SCHED_IDLE thread beside `/v1/me` on one core
@@ -17,7 +28,7 @@ use argon2::password_hash::{rand_core::OsRng, Output, PasswordHash, SaltString};
 use argon2::{Algorithm, Argon2, Block, Params, Version};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
@@ -28,17 +39,16 @@ fn params() -> Params {
 
 /// A real hash of a random password, checked when the user is unknown so that
 /// the answer takes as long as for a known user.
-fn dummy_hash() -> &'static str {
+fn dummy_hash(idle: &IdleArgon2) -> &'static str {
     static DUMMY: OnceLock<String> = OnceLock::new();
     DUMMY.get_or_init(|| {
-        // Made once, on a hashing thread, in memory of its own.
-        hash_with(&mut Vec::new(), crate::domain::new_id().as_bytes()).unwrap_or_default()
+        // Made once, on the first hashing thread that needs it.
+        hash_with(idle, crate::domain::new_id().as_bytes()).unwrap_or_default()
     })
 }
 
-/// Hashes `password` into a PHC string, in `memory` (grown once to the size the
-/// parameters need, then reused).
-fn hash_with(memory: &mut Vec<Block>, password: &[u8]) -> anyhow::Result<String> {
+/// Hashes `password` into a PHC string, on `idle`.
+fn hash_with(idle: &IdleArgon2, password: &[u8]) -> anyhow::Result<String> {
     let params = params();
     let salt = SaltString::generate(&mut OsRng);
     let mut salt_bytes = [0u8; 64];
@@ -46,11 +56,8 @@ fn hash_with(memory: &mut Vec<Block>, password: &[u8]) -> anyhow::Result<String>
         .decode_b64(&mut salt_bytes)
         .map_err(|e| anyhow::anyhow!("salt: {e}"))?;
     let argon2 = Argon2::new(Algorithm::Argon2id, Version::V0x13, params.clone());
-    let blocks = blocks(memory, params.block_count());
     let output = Output::init_with(Params::DEFAULT_OUTPUT_LEN, |out| {
-        argon2
-            .hash_password_into_with_memory(password, salt_bytes, out, &mut *blocks)
-            .map_err(|_| argon2::password_hash::Error::Crypto)
+        idle.compute(&argon2, password, salt_bytes, out)
     })
     .map_err(|e| anyhow::anyhow!("hashing failed: {e}"))?;
     let hash = PasswordHash {
@@ -66,8 +73,8 @@ fn hash_with(memory: &mut Vec<Block>, password: &[u8]) -> anyhow::Result<String>
 }
 
 /// Checks `password` against a stored PHC string, with the algorithm, version
-/// and parameters the string names, in `memory`.
-fn verify_with(memory: &mut Vec<Block>, stored: &str, password: &[u8]) -> bool {
+/// and parameters the string names, on `idle`.
+fn verify_with(idle: &IdleArgon2, stored: &str, password: &[u8]) -> bool {
     let Ok(parsed) = PasswordHash::new(stored) else {
         return false;
     };
@@ -90,22 +97,156 @@ fn verify_with(memory: &mut Vec<Block>, stored: &str, password: &[u8]) -> bool {
     let Ok(salt_bytes) = salt.decode_b64(&mut salt_bytes) else {
         return false;
     };
-    let argon2 = Argon2::new(algorithm, version, params.clone());
-    let blocks = blocks(memory, params.block_count());
+    let argon2 = Argon2::new(algorithm, version, params);
     Output::init_with(expected.len(), |out| {
-        argon2
-            .hash_password_into_with_memory(password, salt_bytes, out, &mut *blocks)
-            .map_err(|_| argon2::password_hash::Error::Crypto)
+        idle.compute(&argon2, password, salt_bytes, out)
     })
     // `Output` compares in constant time.
     .is_ok_and(|computed| computed == expected)
 }
 
-fn blocks(memory: &mut Vec<Block>, count: usize) -> &mut [Block] {
-    if memory.len() < count {
-        memory.resize(count, Block::default());
+/// A hashing thread's helper, which runs argon2 at idle priority (see the
+/// module's comment). Its thread ends when this is dropped.
+struct IdleArgon2 {
+    handoff: Arc<Handoff>,
+}
+
+/// What a hashing thread and its helper share, and nothing else does.
+#[derive(Default)]
+struct Handoff {
+    turn: Mutex<Turn>,
+    changed: Condvar,
+}
+
+/// One computation: set up by the hashing thread, which also allocates and
+/// frees everything in it, so that the helper never takes the allocator's
+/// locks.
+#[derive(Default)]
+struct Turn {
+    /// The computation asked for; `None` when there is none.
+    argon2: Option<Argon2<'static>>,
+    password: Vec<u8>,
+    salt: Vec<u8>,
+    output: Vec<u8>,
+    /// Argon2's working memory, grown to what the parameters need, reused.
+    memory: Vec<Block>,
+    /// The helper's answer to `argon2`.
+    outcome: Option<Result<(), argon2::Error>>,
+    /// The hashing thread is done with the helper.
+    closed: bool,
+    /// The helper's thread ended (it panicked).
+    helper_gone: bool,
+}
+
+impl Handoff {
+    fn lock(&self) -> MutexGuard<'_, Turn> {
+        self.turn.lock().unwrap_or_else(PoisonError::into_inner)
     }
-    &mut memory[..count]
+
+    fn wait<'a>(&self, turn: MutexGuard<'a, Turn>) -> MutexGuard<'a, Turn> {
+        self.changed
+            .wait(turn)
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl IdleArgon2 {
+    fn start(name: String) -> std::io::Result<Self> {
+        let handoff = Arc::new(Handoff::default());
+        let shared = handoff.clone();
+        std::thread::Builder::new()
+            .name(name)
+            .spawn(move || run_idle_helper(&shared))?;
+        Ok(Self { handoff })
+    }
+
+    /// Runs `argon2` over `password` and `salt` into `out` on the helper,
+    /// and waits for it.
+    fn compute(
+        &self,
+        argon2: &Argon2<'static>,
+        password: &[u8],
+        salt: &[u8],
+        out: &mut [u8],
+    ) -> Result<(), argon2::password_hash::Error> {
+        let handoff = &self.handoff;
+        let mut turn = handoff.lock();
+        let blocks = argon2.params().block_count();
+        if turn.memory.len() < blocks {
+            turn.memory.resize(blocks, Block::default());
+        }
+        turn.password.clear();
+        turn.password.extend_from_slice(password);
+        turn.salt.clear();
+        turn.salt.extend_from_slice(salt);
+        turn.output.clear();
+        turn.output.resize(out.len(), 0);
+        turn.outcome = None;
+        turn.argon2 = Some(argon2.clone());
+        handoff.changed.notify_all();
+        while turn.outcome.is_none() && !turn.helper_gone {
+            turn = handoff.wait(turn);
+        }
+        turn.argon2 = None;
+        turn.password.fill(0);
+        let outcome = turn.outcome.take();
+        match outcome {
+            Some(Ok(())) => {
+                out.copy_from_slice(&turn.output);
+                Ok(())
+            }
+            _ => Err(argon2::password_hash::Error::Crypto),
+        }
+    }
+}
+
+impl Drop for IdleArgon2 {
+    fn drop(&mut self) {
+        self.handoff.lock().closed = true;
+        self.handoff.changed.notify_all();
+    }
+}
+
+/// The helper's thread: argon2 whenever its hashing thread asks.
+fn run_idle_helper(handoff: &Handoff) {
+    /// Tells the hashing thread when the helper is gone, also by a panic.
+    struct Gone<'a>(&'a Handoff);
+    impl Drop for Gone<'_> {
+        fn drop(&mut self) {
+            self.0.lock().helper_gone = true;
+            self.0.changed.notify_all();
+        }
+    }
+    let _gone = Gone(handoff);
+    crate::scheduling::run_only_when_idle();
+    let mut turn = handoff.lock();
+    loop {
+        if turn.closed {
+            return;
+        }
+        if turn.outcome.is_none() {
+            let Turn {
+                argon2,
+                password,
+                salt,
+                output,
+                memory,
+                outcome,
+                ..
+            } = &mut *turn;
+            if let Some(argon2) = argon2 {
+                let blocks = argon2.params().block_count();
+                *outcome = Some(argon2.hash_password_into_with_memory(
+                    password,
+                    salt,
+                    output,
+                    &mut memory[..blocks],
+                ));
+                handoff.changed.notify_all();
+            }
+        }
+        turn = handoff.wait(turn);
+    }
 }
 
 enum Job {
@@ -183,9 +324,11 @@ impl PasswordHasher {
         let api = Arc::new(ApiActivity::default());
         for n in 0..threads.max(1) {
             let (queue, api) = (queue.clone(), api.clone());
-            let spawned = std::thread::Builder::new()
-                .name(format!("tally-argon2-{n}"))
-                .spawn(move || run_hashing_thread(&queue, &api));
+            let spawned = IdleArgon2::start(format!("tally-argon2-{n}i")).and_then(|idle| {
+                std::thread::Builder::new()
+                    .name(format!("tally-argon2-{n}"))
+                    .spawn(move || run_hashing_thread(&queue, &api, &idle))
+            });
             if let Err(error) = spawned {
                 tracing::error!(%error, "cannot start a password hashing thread");
             }
@@ -236,10 +379,9 @@ impl PasswordHasher {
     }
 }
 
-fn run_hashing_thread(queue: &Mutex<mpsc::Receiver<Job>>, api: &ApiActivity) {
-    // The API takes the CPU from a hash whenever it wants it.
-    crate::scheduling::run_only_when_idle();
-    let mut memory = Vec::new();
+/// A hashing thread: takes jobs, rests ([`Pace`]), has `idle` compute, and
+/// answers.
+fn run_hashing_thread(queue: &Mutex<mpsc::Receiver<Job>>, api: &ApiActivity, idle: &IdleArgon2) {
     let mut pace = Pace::default();
     loop {
         let job = match queue.lock() {
@@ -256,15 +398,15 @@ fn run_hashing_thread(queue: &Mutex<mpsc::Receiver<Job>>, api: &ApiActivity) {
             Err(_) => return,
             Ok(Job::Hash { password, answer }) => {
                 // The asker may have gone (a closed connection): nothing to do.
-                let _ = answer.send(hash_with(&mut memory, password.as_bytes()));
+                let _ = answer.send(hash_with(idle, password.as_bytes()));
             }
             Ok(Job::Verify {
                 stored,
                 candidate,
                 answer,
             }) => {
-                let stored = stored.as_deref().unwrap_or_else(|| dummy_hash());
-                let _ = answer.send(verify_with(&mut memory, stored, candidate.as_bytes()));
+                let stored = stored.as_deref().unwrap_or_else(|| dummy_hash(idle));
+                let _ = answer.send(verify_with(idle, stored, candidate.as_bytes()));
             }
         }
         pace.hashed(started, Instant::now());
