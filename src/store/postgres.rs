@@ -118,30 +118,24 @@ impl queries::Connections for PgStore {
         })
     }
 
-    /// The ids due, then `settle_in_batch`: two statements, as the movement
-    /// ids are made here.
+    /// One statement: the migration's `settle_due` function, which reads
+    /// the due pays and settles them as `settle_in_batch`; the movement ids
+    /// are made here, one for each pay the round may settle.
     async fn settle_due_in_batch(
         &self,
         settle_by: i64,
         at: i64,
         limit: i64,
     ) -> Result<usize, StoreError> {
-        let due: Vec<String> = sqlx::query_scalar(super::payments::SETTLEMENT_DUE_SQL)
-            .bind(settle_by)
-            .bind(limit)
-            .fetch_all(&mut *self.statements.lease().await?)
-            .await?;
-        let settlements: Vec<super::Settlement> = due
-            .into_iter()
-            .map(|payment_id| super::Settlement {
-                payment_id,
-                movement_id: crate::domain::new_id(),
-            })
-            .collect();
-        if settlements.is_empty() {
-            return Ok(0);
-        }
-        Ok(self.settle_in_batch(&settlements, at).await?.len())
+        let movements: Vec<String> = (0..limit.max(0)).map(|_| crate::domain::new_id()).collect();
+        let settled: Vec<String> =
+            sqlx::query_scalar("SELECT settled_id FROM settle_due($1, $2::text[], $3)")
+                .bind(settle_by)
+                .bind(movements)
+                .bind(at)
+                .fetch_all(&mut *self.statements.lease().await?)
+                .await?;
+        Ok(settled.len())
     }
 
     /// One statement: the migration's `settle_batch` function, which first

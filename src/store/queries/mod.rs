@@ -87,8 +87,9 @@ pub(super) trait Connections {
     ) -> Result<Vec<String>, StoreError>;
     /// Settles the pays due (see `Store::settle_due`): on SQLite found and
     /// settled by the group writer, a slice of the round per trip; on
-    /// PostgreSQL found, then settled by `settle_in_batch` in one write. How
-    /// many were settled.
+    /// PostgreSQL found and settled in one statement (the `settle_due`
+    /// function, which settles as `settle_in_batch` does). How many were
+    /// settled.
     async fn settle_due_in_batch(
         &self,
         settle_by: i64,
