@@ -544,10 +544,10 @@ fn refund_of(payment: &Payment, now: i64) -> Payment {
 }
 
 /// Most payments the workers take on per round.
-const WORKER_BATCH: i64 = 64;
+const WORKER_BATCH: i64 = 200;
 /// Most rounds one call runs while rounds come back full, so a backlog drains
 /// in one tick but a call still ends.
-const WORKER_ROUNDS: usize = 60;
+const WORKER_ROUNDS: usize = 25;
 
 /// Settles, fails or expires every payment whose time has come. Safe to run on
 /// many instances at once: each payment changes state exactly once. The timings
