@@ -102,10 +102,12 @@ async fn parallel_sign_ins_leave_the_api_answering_in_bounded_memory(backend: Ba
     );
     assert!(answered > 0);
     // 19 MiB per hashing thread, reused: far below a hash's memory per sign-in
-    // (a fresh block each time grew the server past 500 MiB).
+    // (a fresh block each time grew the server past 500 MiB). mimalloc keeps
+    // about 20 MiB more than the system allocator did (60-64 against 41-43
+    // here), whatever the number of sign-ins.
     let resident_mib = resident_kib(server.pid()) / 1024;
     assert!(
-        resident_mib < 64,
+        resident_mib < 96,
         "{resident_mib} MiB resident after 104 sign-ins"
     );
 }
