@@ -140,7 +140,9 @@ macro_rules! sqlite_savepoint {
 /// The ids of the pays due for settlement (`Store::settle_due`): pending,
 /// reached an account at or before `$1` that is not suspended; the oldest
 /// `$2`. `date_completed IS NULL` as in `due_payments`, for PostgreSQL's
-/// index of open payments.
+/// index of open payments. SQLite's settlement reads it; on PostgreSQL the
+/// `settle_due` function (migration `20261126000006`) reads the same pays
+/// with the same conditions, so a change here belongs there too.
 pub(crate) const SETTLEMENT_DUE_SQL: &str = "SELECT p.id FROM payments p \
      JOIN users u ON u.id = p.target_user_id \
      WHERE p.date_completed IS NULL AND p.status = 'pending' AND p.action = 'pay' \
