@@ -6,8 +6,8 @@
 //! waits behind a hash. Only the arithmetic: a SCHED_IDLE thread must share no
 //! lock with the API (see `auth::password`). At nice 19, the lowest normal
 //! priority, a hashing thread that got the CPU kept it for the rest of its
-//! slice (a few milliseconds) before a woken API thread could run. Lowering a thread's own policy needs no
-//! privilege.
+//! slice (a few milliseconds) before a woken API thread could run. Lowering a
+//! thread's own policy needs no privilege.
 //!
 //! Measured and not adopted: SCHED_BATCH for the whole server (a woken batch
 //! thread waits for the running one instead of preempting it). It cut a SQLite

@@ -2,8 +2,8 @@
 //! blocking pool) whose arithmetic runs only when nothing else wants the CPU
 //! (SCHED_IDLE, see `scheduling`), so sign-in storms cannot starve the API:
 //! the async workers never run a hash, and any of them that wakes takes the
-//! CPU from one. Each thread keeps its 19 MiB of argon2 memory and reuses it for every
-//! hash.
+//! CPU from one. Each thread keeps its 19 MiB of argon2 memory and reuses it
+//! for every hash.
 //!
 //! Only argon2's arithmetic runs at idle priority ([`IdleArgon2`]). An idle
 //! thread that is preempted while it holds a lock waits for an idle CPU
