@@ -1,0 +1,12 @@
+-- The ledger without its row numbers. Each entry was numbered by an identity
+-- column, kept unique by the primary key's index: one more index entry and one
+-- more sequence step for every entry written (four of each per pay), for a
+-- number nothing reads. The ledger is append-only (no entry is ever updated or
+-- deleted) and is read only through its other three indexes: by account (the
+-- balances), by movement (each movement sums to zero) and by payment (a
+-- payment's entries, and the audit's check of each payment).
+--
+-- Dropping the column is a catalog change: no rewrite, and the rows written
+-- before keep its bytes until they are rewritten. The identity's sequence
+-- goes with it.
+ALTER TABLE ledger_entries DROP COLUMN id;
