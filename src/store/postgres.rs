@@ -220,9 +220,12 @@ const AUDIT_SETTINGS: &[&str] = &[
 /// audit at a million payments.
 const AUDIT_SUM: &str = "sum_cents";
 
-/// Entries that name no payment: the payment index and the payments' primary
-/// key walked side by side (a merge anti-join, see `AUDIT_SETTINGS`),
-/// then the few left made distinct. Distinct first, PostgreSQL would hash or
+/// The audit's list of suspect payment ids, as a JSON array.
+const AUDIT_JSON_LIST: &str = "json_agg";
+/// Entries that name no payment, looked for only when the suspects' pass
+/// matched fewer entries than name a payment: the payment index and the
+/// payments' primary key walked side by side (a merge anti-join, see
+/// `AUDIT_SETTINGS`), then the few left made distinct. Distinct first, PostgreSQL would hash or
 /// sort the millions of entries, then look up each payment.
 const AUDIT_ENTRIES_WITHOUT_PAYMENT: &str = "\
     SELECT DISTINCT e.payment_id FROM ledger_entries e \

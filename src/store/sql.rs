@@ -28,15 +28,31 @@ pub const USER_COLUMNS: &str = user_columns!();
 /// refund breaks the refund rule (a returned pay has one, of its amount, to its
 /// actor; nothing else has one), and those whose ledger entries, net by account,
 /// may differ from what their action and status say moved (the audit's
-/// `expected_flows`). One row per payment, read with its entries through the
+/// `expected_flows`). Each payment is read with its entries through the
 /// payment index: the net of its actor, its target and `@held` must be the
 /// expected one, and an entry on any other account (never written by Tally)
 /// makes the payment a suspect, which the audit then checks in full. Each entry
 /// is compared with as few accounts as that takes: they are most of the work.
 /// `sum` is the backend's sum of cents as an integer (its `AUDIT_SUM`).
-pub fn audit_suspects(sum: &str) -> String {
+///
+/// One row comes back: the suspects' ids as a JSON array of strings (`list` is
+/// the backend's JSON array aggregate, its `AUDIT_JSON_LIST`), and how many
+/// entries the pass matched to a payment. When that count is every entry that
+/// names a payment, none names a missing one, and the audit need not look for
+/// such entries with a second walk of the ledger.
+pub fn audit_suspects(sum: &str, list: &str) -> String {
     format!(
-        "SELECT id FROM ( \
+        "SELECT COALESCE(CAST({list}(id) FILTER (WHERE refund_bad = 1 OR other_entries <> 0 \
+          OR s_actor <> CASE WHEN actor IS NULL THEN 0 \
+               ELSE CASE WHEN debited = actor THEN -amount ELSE 0 END \
+                  + CASE WHEN credited = actor THEN amount ELSE 0 END END \
+          OR s_target <> CASE WHEN target IS NULL OR target IS NOT DISTINCT FROM actor THEN 0 \
+               ELSE CASE WHEN debited = target THEN -amount ELSE 0 END \
+                  + CASE WHEN credited = target THEN amount ELSE 0 END END \
+          OR s_held <> CASE WHEN credited = '@held' THEN amount ELSE 0 END \
+          ) AS TEXT), '[]') AS suspects, \
+          COALESCE({sum}(matched_entries), 0) AS matched_entries \
+        FROM ( \
           SELECT p.id, p.actor_id AS actor, p.target_user_id AS target, \
             p.amount_cents AS amount, \
             CASE WHEN p.action = 'pay' AND p.status IN ('pending', 'settled') THEN p.actor_id \
@@ -58,20 +74,13 @@ pub fn audit_suspects(sum: &str) -> String {
             {sum}(CASE WHEN e.account = '@held' THEN e.amount_cents ELSE 0 END) AS s_held, \
             {sum}(CASE WHEN e.account = p.actor_id OR e.account = p.target_user_id \
                         OR e.account = '@held' OR e.account IS NULL THEN 0 ELSE 1 END) \
-              AS other_entries \
+              AS other_entries, \
+            COUNT(e.payment_id) AS matched_entries \
           FROM payments p \
           LEFT JOIN payments r ON r.id = p.refund_payment_id \
           LEFT JOIN ledger_entries e ON e.payment_id = p.id \
           WHERE p.kind = 'payment' \
           GROUP BY p.id \
-        ) g \
-        WHERE refund_bad = 1 OR other_entries <> 0 \
-          OR s_actor <> CASE WHEN actor IS NULL THEN 0 \
-               ELSE CASE WHEN debited = actor THEN -amount ELSE 0 END \
-                  + CASE WHEN credited = actor THEN amount ELSE 0 END END \
-          OR s_target <> CASE WHEN target IS NULL OR target IS NOT DISTINCT FROM actor THEN 0 \
-               ELSE CASE WHEN debited = target THEN -amount ELSE 0 END \
-                  + CASE WHEN credited = target THEN amount ELSE 0 END END \
-          OR s_held <> CASE WHEN credited = '@held' THEN amount ELSE 0 END"
+        ) g"
     )
 }

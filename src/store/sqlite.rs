@@ -423,7 +423,10 @@ const TO_ACCOUNT_SQL: (&str, &str) = (
 const AUDIT_SETTINGS: &[&str] = &[];
 /// The audit's sum of cents: SQLite's own sum of integers is one.
 const AUDIT_SUM: &str = "SUM";
-/// Entries that name no payment: each named payment once (read in order from
+/// The audit's list of suspect payment ids, as a JSON array.
+const AUDIT_JSON_LIST: &str = "json_group_array";
+/// Entries that name no payment, looked for only when the suspects' pass
+/// matched fewer entries than name a payment: each named payment once (read in order from
 /// the payment index), then looked up.
 const AUDIT_ENTRIES_WITHOUT_PAYMENT: &str = "\
     SELECT e.payment_id FROM (SELECT DISTINCT payment_id FROM ledger_entries \

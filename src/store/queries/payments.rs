@@ -4,8 +4,8 @@
 //! changes state exactly once however many instances race for it.
 
 use super::{
-    push_binds, Args, Connections, Db, ThisStore, AUDIT_ENTRIES_WITHOUT_PAYMENT, AUDIT_SETTINGS,
-    AUDIT_SUM, CHARGE_SQL, HOLD_SQL, SKIP_LOCKED, TO_ACCOUNT_SQL,
+    push_binds, Args, Connections, Db, ThisStore, AUDIT_ENTRIES_WITHOUT_PAYMENT, AUDIT_JSON_LIST,
+    AUDIT_SETTINGS, AUDIT_SUM, CHARGE_SQL, HOLD_SQL, SKIP_LOCKED, TO_ACCOUNT_SQL,
 };
 use crate::store::payments::Recorded;
 use crate::store::{AccountBalance, AuditSnapshot, LedgerSum, Movement, PaymentStore, StoreError};
@@ -674,17 +674,30 @@ impl PaymentStore for ThisStore {
         .await?;
         // Each payment's entries, net by account, against what its action
         // and status say moved, and its refund against the refund rule, in
-        // one pass in SQL: only the payments that disagree come back, to
-        // be read again below and worded by the audit.
-        let mut suspects: Vec<String> =
-            sqlx::query_scalar(&crate::store::sql::audit_suspects(AUDIT_SUM))
-                .fetch_all(&mut *tx)
+        // one pass in SQL: only the ids of the payments that disagree come
+        // back, to be read again below and worded by the audit.
+        let (suspects, matched_entries): (String, i64) = sqlx::query_as(
+            &crate::store::sql::audit_suspects(AUDIT_SUM, AUDIT_JSON_LIST),
+        )
+        .fetch_one(&mut *tx)
+        .await?;
+        let mut suspects: Vec<String> = serde_json::from_str(&suspects).map_err(|e| {
+            StoreError::Unexpected(anyhow::anyhow!("the audit's suspect list: {e}"))
+        })?;
+        // Entries that name no payment: only when the pass above matched
+        // fewer entries than name one (counted from the payment index alone)
+        // are they looked for, with a second walk of that index.
+        let entries_naming_payment: i64 =
+            sqlx::query_scalar("SELECT COUNT(*) FROM ledger_entries WHERE payment_id IS NOT NULL")
+                .fetch_one(&mut *tx)
                 .await?;
-        // Entries that name no payment (the same walk of the payment index).
-        let entries_without_payment: Vec<String> =
+        let entries_without_payment: Vec<String> = if matched_entries == entries_naming_payment {
+            Vec::new()
+        } else {
             sqlx::query_scalar(AUDIT_ENTRIES_WITHOUT_PAYMENT)
                 .fetch_all(&mut *tx)
-                .await?;
+                .await?
+        };
         suspects.sort();
         for ids in suspects.chunks(chunk.max(1) as usize) {
             let mut payments_query = sqlx::QueryBuilder::<Db>::new(
