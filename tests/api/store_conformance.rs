@@ -19,6 +19,7 @@ on_both_backends!(
     the_audit_finds_money_made_from_nothing_and_an_account_no_one_has,
     the_audit_finds_held_money_that_no_pending_pay_explains,
     the_audit_finds_a_settlement_credited_to_the_wrong_account,
+    the_audit_holds_every_payment_to_the_refund_rule,
     the_audit_reads_payments_in_chunks_and_misses_nothing_at_their_edges,
     an_expiry_decided_before_a_claim_does_not_overtake_it,
     a_settlement_decided_before_a_suspension_does_not_credit_the_account,
@@ -511,6 +512,104 @@ async fn the_audit_finds_held_money_that_no_pending_pay_explains(backend: Backen
             Discrepancy::RefundMismatch { .. }
         ]
     ));
+}
+
+/// A returned pay has exactly one refund, of its amount, to its actor; no other
+/// payment has one. Each way of breaking that rule is named, and only it.
+async fn the_audit_holds_every_payment_to_the_refund_rule(backend: Backend) {
+    let Some((db, store)) = store_for(backend).await else {
+        return;
+    };
+    let mut ann = new_user("ann", None, None);
+    ann.verified = true;
+    let ann = store.insert_user(&ann).await.unwrap();
+    let bob = store
+        .insert_user(&new_user("bob", None, None))
+        .await
+        .unwrap();
+    ledger::deposit(store.as_ref(), &ann.id, Amount::parse("20").unwrap())
+        .await
+        .unwrap();
+    let to_bob = || ledger::payments::TargetAddress::UserId(bob.id.clone());
+    let returned = pay_four(store.as_ref(), &ann, to_bob()).await.payment;
+    ledger::payments::update(
+        store.as_ref(),
+        &ann,
+        &returned.id,
+        ledger::payments::Update::Cancel,
+        None,
+        now_micros(),
+    )
+    .await
+    .unwrap();
+    let settled = pay_four(store.as_ref(), &ann, to_bob()).await.payment;
+    run_workers_once(store.as_ref()).await;
+    assert_audit_ok(store.as_ref()).await;
+
+    let refund = format!(
+        "(SELECT refund_payment_id FROM payments WHERE id = '{}')",
+        returned.id
+    );
+    let broken = [
+        (
+            format!("UPDATE payments SET amount_cents = 300 WHERE id = {refund}"),
+            &returned.id,
+            "the refund's amount differs from the pay's",
+            format!("UPDATE payments SET amount_cents = 400 WHERE id = {refund}"),
+        ),
+        (
+            format!(
+                "UPDATE payments SET target_user_id = '{}' WHERE id = {refund}",
+                bob.id
+            ),
+            &returned.id,
+            "the refund does not go to the pay's actor",
+            format!(
+                "UPDATE payments SET target_user_id = '{}' WHERE id = {refund}",
+                ann.id
+            ),
+        ),
+        (
+            format!(
+                "UPDATE payments SET refund_payment_id = NULL WHERE id = '{}'",
+                returned.id
+            ),
+            &returned.id,
+            "a returned pay has no refund",
+            format!(
+                "UPDATE payments SET refund_payment_id = \
+                 (SELECT id FROM payments WHERE kind = 'refund') WHERE id = '{}'",
+                returned.id
+            ),
+        ),
+        (
+            format!(
+                "UPDATE payments SET refund_payment_id = {refund} WHERE id = '{}'",
+                settled.id
+            ),
+            &settled.id,
+            "a settled pay has a refund",
+            format!(
+                "UPDATE payments SET refund_payment_id = NULL WHERE id = '{}'",
+                settled.id
+            ),
+        ),
+    ];
+    use ledger::audit::Discrepancy;
+    for (break_it, payment, problem, mend_it) in broken {
+        tamper(&db, &break_it).await;
+        let report = ledger::audit::run(store.as_ref()).await.unwrap();
+        assert_eq!(
+            report.discrepancies,
+            [Discrepancy::RefundMismatch {
+                payment: payment.clone(),
+                problem: problem.to_owned(),
+            }],
+            "{break_it}"
+        );
+        tamper(&db, &mend_it).await;
+        assert_audit_ok(store.as_ref()).await;
+    }
 }
 
 async fn the_audit_finds_a_settlement_credited_to_the_wrong_account(backend: Backend) {
