@@ -520,21 +520,13 @@ async fn the_audit_holds_every_payment_to_the_refund_rule(backend: Backend) {
     let Some((db, store)) = store_for(backend).await else {
         return;
     };
-    let mut ann = new_user("ann", None, None);
-    ann.verified = true;
-    let ann = store.insert_user(&ann).await.unwrap();
-    let bob = store
-        .insert_user(&new_user("bob", None, None))
-        .await
-        .unwrap();
-    ledger::deposit(store.as_ref(), &ann.id, Amount::parse("20").unwrap())
-        .await
-        .unwrap();
+    let users = ann_with_twenty_bob_and_cy(store.as_ref()).await;
+    let (ann, bob) = (&users[0], &users[1]);
     let to_bob = || ledger::payments::TargetAddress::UserId(bob.id.clone());
-    let returned = pay_four(store.as_ref(), &ann, to_bob()).await.payment;
+    let returned = pay_four(store.as_ref(), ann, to_bob()).await.payment;
     ledger::payments::update(
         store.as_ref(),
-        &ann,
+        ann,
         &returned.id,
         ledger::payments::Update::Cancel,
         None,
@@ -542,7 +534,7 @@ async fn the_audit_holds_every_payment_to_the_refund_rule(backend: Backend) {
     )
     .await
     .unwrap();
-    let settled = pay_four(store.as_ref(), &ann, to_bob()).await.payment;
+    let settled = pay_four(store.as_ref(), ann, to_bob()).await.payment;
     run_workers_once(store.as_ref()).await;
     assert_audit_ok(store.as_ref()).await;
 
