@@ -2,6 +2,7 @@
 //! domain, in `traits.rs`), implemented once in `queries/` and compiled for
 //! SQLite and for PostgreSQL. Every method is one transaction.
 
+mod batch_queue;
 mod error;
 mod models;
 mod oauth;
@@ -12,6 +13,7 @@ mod postgres;
 mod sql;
 mod sqlite;
 mod traits;
+mod user_reads;
 mod verification;
 
 pub use error::StoreError;

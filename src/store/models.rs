@@ -30,6 +30,14 @@ impl fmt::Debug for User {
     }
 }
 
+/// A user row with its count of friends (what `/me` shows).
+#[derive(sqlx::FromRow)]
+pub(crate) struct UserWithFriendsCount {
+    #[sqlx(flatten)]
+    pub user: User,
+    pub friends_count: i64,
+}
+
 pub struct NewUser {
     pub id: String,
     pub username: String,

@@ -5,21 +5,18 @@
 //! balance does not cover, or whose target is missing, writes nothing and
 //! leaves the others in.
 //!
-//! As SQLite's group writer does, a pay queued while fewer than
-//! [`PayBatcher::leaders`] batches are being written leads: it takes what is queued
-//! (its own first) and writes it as a task of its own, then the pays queued
-//! meanwhile, until none is left; so while batches are being written, the
-//! pays that come queue for the next. Every pay of a batch that failed for
+//! The pays queue in a [`BatchQueue`]; every pay of a batch that failed for
 //! something other than the database being unavailable is handed back to its
 //! caller to write alone with the one-pay statement (one bad pay must not fail
 //! the others).
 
+use super::batch_queue::{answer_failed_batch, BatchQueue};
 use super::payments::{Recorded, PG_HOLDS_SQL};
 use super::pool::Lender;
 use super::{PaymentInsert, RecordedToAccount, StoreError};
 use sqlx::{Postgres, Row};
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use tokio::sync::oneshot;
 
 /// The most pays one statement writes: their actors' rows stay locked until
@@ -43,14 +40,6 @@ struct QueuedPay {
     answer: Answer,
 }
 
-#[derive(Default)]
-struct PayQueue {
-    pays: VecDeque<QueuedPay>,
-    /// Batches being written by leaders, each of which takes what is queued
-    /// before it stops.
-    leaders: usize,
-}
-
 pub(crate) struct PayBatcher {
     statements: Arc<Lender<Postgres>>,
     /// Batches written at once: one for each core this process may run on, up
@@ -59,36 +48,16 @@ pub(crate) struct PayBatcher {
     /// database's and ours), so both take longer: with Tally and PostgreSQL
     /// pinned to one core, one batch at a time made batches of 16 pays instead
     /// of 10 and paid 10 to 20% more a second, with a lower p99.
-    leaders: usize,
-    queue: Mutex<PayQueue>,
-}
-
-/// A leader's turn. If it ends early (a panic, or its runtime shutting down)
-/// and no other leader is left, the pays still queued are dropped, so their
-/// callers answer 503 instead of waiting.
-struct Leading<'a> {
-    batcher: &'a PayBatcher,
-    finished: bool,
-}
-
-impl Drop for Leading<'_> {
-    fn drop(&mut self) {
-        if !self.finished {
-            let mut queue = self.batcher.lock_queue();
-            queue.leaders -= 1;
-            if queue.leaders == 0 {
-                queue.pays.clear();
-            }
-        }
-    }
+    queue: BatchQueue<QueuedPay>,
 }
 
 impl PayBatcher {
     pub(crate) fn new(statements: Arc<Lender<Postgres>>) -> Self {
         Self {
             statements,
-            leaders: super::pool::connections_per_core(1, 1, MAX_LEADERS as u32) as usize,
-            queue: Mutex::default(),
+            queue: BatchQueue::new(
+                super::pool::connections_per_core(1, 1, MAX_LEADERS as u32) as usize
+            ),
         }
     }
 
@@ -102,47 +71,22 @@ impl PayBatcher {
             return Ok(Batched::Alone);
         }
         let (answer, answered) = oneshot::channel();
-        let leads = {
-            let mut queue = self.lock_queue();
-            queue.pays.push_back(QueuedPay {
-                insert: insert.clone(),
-                answer,
-            });
-            let leads = queue.leaders < self.leaders;
-            if leads {
-                queue.leaders += 1;
-            }
-            leads
-        };
+        let leads = self.queue.push(QueuedPay {
+            insert: insert.clone(),
+            answer,
+        });
         if leads {
-            // A task of its own: a request that goes away cannot stop a batch
-            // half-way, nor leave the pays queued behind it unanswered.
-            tokio::spawn(self.clone().write_queued());
+            let batcher = self.clone();
+            tokio::spawn(async move {
+                let write = |batch| batcher.write(batch);
+                batcher.queue.lead(take_batch, write).await;
+            });
         }
         answered.await.map_err(|_| {
             StoreError::Unavailable(sqlx::Error::Protocol(
                 "the pay batch could not run this pay".to_owned(),
             ))
         })?
-    }
-
-    async fn write_queued(self: Arc<Self>) {
-        let mut leading = Leading {
-            batcher: &self,
-            finished: false,
-        };
-        loop {
-            let batch = {
-                let mut queue = self.lock_queue();
-                if queue.pays.is_empty() {
-                    queue.leaders -= 1;
-                    leading.finished = true;
-                    return;
-                }
-                take_batch(&mut queue.pays)
-            };
-            self.write(batch).await;
-        }
     }
 
     /// Writes a batch and answers each of its pays.
@@ -161,16 +105,8 @@ impl PayBatcher {
                         tracing::warn!(%error, suppressed, pays = batch.len(), "a pay batch failed; writing its pays one by one");
                     }
                 }
-                let message = error.to_string();
-                for pay in batch {
-                    let answer = match unavailable {
-                        true => Err(StoreError::Unavailable(sqlx::Error::Protocol(
-                            message.clone(),
-                        ))),
-                        false => Ok(Batched::Alone),
-                    };
-                    let _ = pay.answer.send(answer);
-                }
+                let answers = batch.into_iter().map(|pay| pay.answer);
+                answer_failed_batch(&error, answers, || Batched::Alone);
                 return;
             }
         };
@@ -194,10 +130,6 @@ impl PayBatcher {
             // The caller may have gone; the pay stands all the same.
             let _ = pay.answer.send(recorded.map(Batched::Recorded));
         }
-    }
-
-    fn lock_queue(&self) -> std::sync::MutexGuard<'_, PayQueue> {
-        self.queue.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 

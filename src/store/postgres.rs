@@ -2,6 +2,7 @@ use super::pay_batcher::{Batched, PayBatcher};
 use super::pool::{
     check_after_trouble, connections_per_core, BatchFuture, Lease, Lender, RevocationEpoch,
 };
+use super::user_reads::{BatchedRead, UserReads};
 use super::*;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{PgPool, Postgres, Transaction};
@@ -19,6 +20,8 @@ pub struct PgStore {
     statements: Arc<Lender<Postgres>>,
     /// New pays written together (group commit).
     pays: Arc<PayBatcher>,
+    /// `/me`'s user reads, made together.
+    user_reads: Arc<UserReads>,
     revocations: RevocationEpoch,
 }
 
@@ -49,6 +52,7 @@ impl PgStore {
         Ok(Self {
             pool,
             pays: Arc::new(PayBatcher::new(statements.clone())),
+            user_reads: Arc::new(UserReads::new(statements.clone())),
             statements,
             revocations: RevocationEpoch::default(),
         })
@@ -115,6 +119,16 @@ impl queries::Connections for PgStore {
         Ok(match self.pays.pay(insert).await? {
             Batched::Recorded(recorded) => Some(recorded),
             Batched::Alone => None,
+        })
+    }
+
+    async fn find_user_with_friends_count_in_batch(
+        &self,
+        user_id: &str,
+    ) -> Result<Option<Option<(User, i64)>>, StoreError> {
+        Ok(match self.user_reads.read(user_id).await? {
+            BatchedRead::Found(found) => Some(found),
+            BatchedRead::Alone => None,
         })
     }
 

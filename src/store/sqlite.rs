@@ -253,6 +253,14 @@ impl queries::Connections for SqliteStore {
         Ok(Some(group_writes::recorded(insert, &rows)?))
     }
 
+    /// Read alone: an SQLite read is no round trip to batch away.
+    async fn find_user_with_friends_count_in_batch(
+        &self,
+        _user_id: &str,
+    ) -> Result<Option<Option<(User, i64)>>, StoreError> {
+        Ok(None)
+    }
+
     /// Every rotation: the group writer commits it with the writes queued
     /// beside it.
     async fn rotate_in_batch(

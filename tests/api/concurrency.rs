@@ -3,6 +3,7 @@
 
 use crate::fixtures::{audit_ok, balance_cents, call, person, Person};
 use crate::helpers::{on_both_backends, Backend, ServeProcess, TestApp, TestDb};
+use futures_util::FutureExt;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use reqwest::Method;
@@ -15,6 +16,7 @@ use tally::store::Store;
 on_both_backends!(
     sixteen_clients_paying_and_charging_at_random_keep_the_ledger_whole,
     twenty_concurrent_pays_of_9_from_a_balance_of_10_succeed_exactly_once,
+    many_clients_reading_me_at_once_each_see_their_own_user_and_their_last_pay,
 );
 
 const CLIENTS: u64 = 16;
@@ -176,6 +178,59 @@ async fn twenty_concurrent_pays_of_9_from_a_balance_of_10_succeed_exactly_once(b
     until_every_pay_settles(store).await;
     assert_eq!(balance_cents(store, &bob.id).await, 900);
     audit_ok(store).await;
+}
+
+/// Eight users each pay ten times in a row and read `/me` after each pay,
+/// while three more clients per user read that user's `/me` over and over
+/// (on PostgreSQL the reads waiting together are made in one statement):
+/// every answer is its own user's, and the read after a pay shows that pay.
+async fn many_clients_reading_me_at_once_each_see_their_own_user_and_their_last_pay(
+    backend: Backend,
+) {
+    let Some(app) = TestApp::spawn(backend).await else {
+        return;
+    };
+    let store = app.store.as_ref();
+    let sink = person(store, "sink", "0").await;
+    let people = people(store).await;
+    let payers = people
+        .iter()
+        .map(|p| pay_and_read_me(&app, p, &sink).boxed_local());
+    let readers = (0..3)
+        .flat_map(|_| people.iter())
+        .map(|p| read_me_over_and_over(&app, p).boxed_local());
+    futures_util::future::join_all(payers.chain(readers)).await;
+    until_every_pay_settles(store).await;
+    assert_eq!(balance_cents(store, &sink.id).await, 8 * 1000);
+    audit_ok(store).await;
+}
+
+/// `/me`'s balance, checked to be `person`'s answer.
+async fn read_me(app: &TestApp, person: &Person) -> f64 {
+    let answer = app.get("/me", &person.token).await;
+    let data = answer.ok();
+    assert_eq!(data["user"]["id"], json!(person.id), "another user's /me");
+    data["balance"].as_f64().unwrap()
+}
+
+/// Ten pays of 1.00 from a balance of 100.00, each followed by `/me`.
+async fn pay_and_read_me(app: &TestApp, person: &Person, to: &Person) {
+    for paid in 1..=10 {
+        app.pay(person, to, "1.00").await.ok();
+        let balance = read_me(app, person).await;
+        assert_eq!(
+            balance,
+            100.0 - f64::from(paid),
+            "the read after pay {paid}"
+        );
+    }
+}
+
+async fn read_me_over_and_over(app: &TestApp, person: &Person) {
+    for _ in 0..20 {
+        let balance = read_me(app, person).await;
+        assert!((90.0..=100.0).contains(&balance), "balance {balance}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -284,18 +284,15 @@ impl UserStore for ThisStore {
         &self,
         user_id: &str,
     ) -> Result<Option<(User, i64)>, StoreError> {
-        #[derive(sqlx::FromRow)]
-        struct Found {
-            #[sqlx(flatten)]
-            user: User,
-            friends_count: i64,
+        if let Some(found) = self.find_user_with_friends_count_in_batch(user_id).await? {
+            return Ok(found);
         }
         const SQL: &str = concat!(
             "SELECT ",
             crate::store::sql::user_columns!(),
             ", friends_count FROM users WHERE id = $1"
         );
-        let found = sqlx::query_as::<_, Found>(SQL)
+        let found = sqlx::query_as::<_, crate::store::models::UserWithFriendsCount>(SQL)
             .bind(user_id)
             .fetch_optional(&mut *self.lease().await?)
             .await?;

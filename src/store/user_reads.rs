@@ -1,0 +1,122 @@
+//! `/me`'s read of its user on PostgreSQL, made for all the requests waiting
+//! at once in one statement (`WHERE id = ANY($1)`), as the pays are written
+//! together: one round trip, and one turn of a database backend, serve them
+//! all. Each request's row is still read by a statement sent after the
+//! request queued, so it is as fresh as a read of its own (a balance just
+//! changed shows), and requests for one user share its row.
+//!
+//! If a batch fails for something other than the database being
+//! unavailable, each of its requests reads alone, to get its own answer.
+
+use super::batch_queue::{answer_failed_batch, take_front, BatchQueue};
+use super::models::UserWithFriendsCount;
+use super::pool::Lender;
+use super::{StoreError, User};
+use sqlx::Postgres;
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use tokio::sync::oneshot;
+
+/// The most requests one statement answers.
+const MAX_BATCH: usize = 256;
+/// Batches read at once, at most, as for the pays (`pay_batcher.rs`): one
+/// per core this process may run on.
+const MAX_LEADERS: u32 = 2;
+
+/// The batch's statement.
+const SQL: &str = concat!(
+    "SELECT ",
+    crate::store::sql::user_columns!(),
+    ", friends_count FROM users WHERE id = ANY($1)"
+);
+
+/// What a queued read is told: the user with its friend count, if it exists.
+// One per request, moved once: its size costs nothing worth a box.
+#[allow(clippy::large_enum_variant)]
+pub(crate) enum BatchedRead {
+    Found(Option<(User, i64)>),
+    /// Read it alone.
+    Alone,
+}
+
+struct QueuedRead {
+    user_id: String,
+    answer: oneshot::Sender<Result<BatchedRead, StoreError>>,
+}
+
+pub(crate) struct UserReads {
+    statements: Arc<Lender<Postgres>>,
+    queue: BatchQueue<QueuedRead>,
+}
+
+impl UserReads {
+    pub(crate) fn new(statements: Arc<Lender<Postgres>>) -> Self {
+        Self {
+            statements,
+            queue: BatchQueue::new(super::pool::connections_per_core(1, 1, MAX_LEADERS) as usize),
+        }
+    }
+
+    /// Reads the user `user_id` and its friend count with the reads queued
+    /// beside it, or says to read it alone.
+    pub(crate) async fn read(self: &Arc<Self>, user_id: &str) -> Result<BatchedRead, StoreError> {
+        let (answer, answered) = oneshot::channel();
+        let leads = self.queue.push(QueuedRead {
+            user_id: user_id.to_owned(),
+            answer,
+        });
+        if leads {
+            let reads = self.clone();
+            tokio::spawn(async move {
+                let read = |batch| reads.read_batch(batch);
+                reads
+                    .queue
+                    .lead(|queued| take_front(queued, MAX_BATCH), read)
+                    .await;
+            });
+        }
+        answered.await.map_err(|_| {
+            StoreError::Unavailable(sqlx::Error::Protocol(
+                "the user read batch could not run this read".to_owned(),
+            ))
+        })?
+    }
+
+    /// Reads a batch and answers each of its requests.
+    async fn read_batch(&self, batch: Vec<QueuedRead>) {
+        let ids: Vec<&str> = {
+            let mut seen = HashSet::with_capacity(batch.len());
+            batch
+                .iter()
+                .map(|read| read.user_id.as_str())
+                .filter(|id| seen.insert(*id))
+                .collect()
+        };
+        let rows = match self.statements.lease().await {
+            Ok(mut conn) => {
+                sqlx::query_as::<_, UserWithFriendsCount>(SQL)
+                    .bind(ids)
+                    .fetch_all(&mut *conn)
+                    .await
+            }
+            Err(error) => Err(error),
+        };
+        let rows = match rows {
+            Ok(rows) => rows,
+            Err(error) => {
+                let answers = batch.into_iter().map(|read| read.answer);
+                answer_failed_batch(&error.into(), answers, || BatchedRead::Alone);
+                return;
+            }
+        };
+        let by_id: HashMap<&str, &UserWithFriendsCount> =
+            rows.iter().map(|row| (row.user.id.as_str(), row)).collect();
+        for read in batch {
+            let found = by_id
+                .get(read.user_id.as_str())
+                .map(|row| (row.user.clone(), row.friends_count));
+            // The caller may have gone.
+            let _ = read.answer.send(Ok(BatchedRead::Found(found)));
+        }
+    }
+}
