@@ -412,6 +412,10 @@ async fn apply_page_limit(
     Ok(())
 }
 
+/// User search's join of a trigram's entries to their users: SQLite's planner
+/// only loops, so a plain join reads each entry's user by primary key.
+const USERS_BY_TRIGRAM: &str = "JOIN users u ON u.id = t.user_id";
+
 /// SQLite has one writer, so a write transaction already excludes every other.
 const SKIP_LOCKED: &str = "";
 /// …and needs no lock on a key either (the statement only keeps the shape).
