@@ -200,17 +200,11 @@ const SKIP_LOCKED: &str = " FOR UPDATE SKIP LOCKED";
 /// they commit, on every instance.
 const KEY_LOCK: &str = "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))";
 
-/// User search's join of a trigram's index entries (`t`, walked in listing
-/// order) to their users (`u`): one primary-key read per entry, the only plan
-/// a lateral subquery that is not pulled up (`OFFSET 0`) allows. With a plain
-/// join the planner, which cannot know how many entries a trigram has nor how
-/// many of their names the pattern matches, sometimes hashed every user
-/// instead: a parallel scan of all of them, 145 ms at 100,000 users against
-/// 2 ms, which made a whole load test run at 38 searches a second against
-/// 1,700. The price: PostgreSQL then plans each search anew (its custom plan
-/// looks cheaper than the generic one), about 0.1 ms a search.
-const USERS_BY_TRIGRAM: &str =
-    "CROSS JOIN LATERAL (SELECT * FROM users WHERE users.id = t.user_id OFFSET 0) u";
+/// User search's walk of one trigram's index entries (`$6`), keeping the
+/// users whose names match `$1`, at most `$7`: the migration's
+/// `users_named_like` function, whose one plan (see the migration) reads each
+/// entry's user by primary key.
+const USERS_NAMED_LIKE: &str = "SELECT * FROM users_named_like($1, $6, $7)";
 
 /// A new payment's movement, one statement (see payments.rs).
 const HOLD_SQL: &str = super::payments::PG_HOLD_SQL;

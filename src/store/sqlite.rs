@@ -412,9 +412,16 @@ async fn apply_page_limit(
     Ok(())
 }
 
-/// User search's join of a trigram's entries to their users: SQLite's planner
-/// only loops, so a plain join reads each entry's user by primary key.
-const USERS_BY_TRIGRAM: &str = "JOIN users u ON u.id = t.user_id";
+/// User search's walk of one trigram's index entries (`$6`), keeping the
+/// users whose names match `$1`, at most `$7` (PostgreSQL's migration
+/// `users_named_like` runs the same statement). SQLite's planner only loops:
+/// the entries in index order, each one's user by primary key.
+const USERS_NAMED_LIKE: &str = "\
+    SELECT u.* FROM user_search_trigrams t JOIN users u ON u.id = t.user_id \
+    WHERE t.trigram = $6 AND u.suspended = FALSE \
+      AND (lower(u.username) LIKE $1 ESCAPE '\\' \
+        OR lower(u.first_name || ' ' || u.last_name) LIKE $1 ESCAPE '\\') \
+    ORDER BY t.sort_key, t.user_id LIMIT $7";
 
 /// SQLite has one writer, so a write transaction already excludes every other.
 const SKIP_LOCKED: &str = "";

@@ -9,7 +9,7 @@
 //! `NAME`, and its dialect: the constants `SKIP_LOCKED` and `KEY_LOCK`, the
 //! new-payment statements `HOLD_SQL` and
 //! `CHARGE_SQL` and, for a target account named by id, `TO_ACCOUNT_SQL`,
-//! the join of user search's trigram entries to their users (`USERS_BY_TRIGRAM`),
+//! user search's walk of a trigram's index entries (`USERS_NAMED_LIKE`),
 //! and the audit's planner settings, its sum of cents, its JSON list and the queries built on
 //! it), and its connection handling, the
 //! `Connections` trait. The files below take what they need from this module by
@@ -22,7 +22,7 @@ mod users;
 
 use super::{
     Db, ThisStore, AUDIT_ENTRIES_WITHOUT_PAYMENT, AUDIT_JSON_LIST, AUDIT_SETTINGS, AUDIT_SUM,
-    CHARGE_SQL, HOLD_SQL, KEY_LOCK, NAME, SKIP_LOCKED, TO_ACCOUNT_SQL, USERS_BY_TRIGRAM,
+    CHARGE_SQL, HOLD_SQL, KEY_LOCK, NAME, SKIP_LOCKED, TO_ACCOUNT_SQL, USERS_NAMED_LIKE,
 };
 use crate::store::pool::{BatchFuture, Lease, RevocationEpoch};
 use crate::store::{Store, StoreError};

@@ -1,6 +1,6 @@
 //! Users and their friendships.
 
-use super::{Connections, ThisStore, USERS_BY_TRIGRAM};
+use super::{Connections, ThisStore, USERS_NAMED_LIKE};
 use crate::store::{NewUser, StoreError, User, UserFlags, UserKey, UserStore};
 
 /// `UPDATE users SET <set> WHERE id = $1`, returning the row as changed: the
@@ -127,21 +127,13 @@ impl UserStore for ThisStore {
                 .await?);
         };
         // Every name that contains the needle contains its first trigram:
-        // walk that trigram's index entries in listing order, read each one's
-        // user by primary key (`USERS_BY_TRIGRAM`), keep the users the full
-        // condition matches and stop once `offset + limit` are found; add the
-        // few e-mail and phone matches, if the needle may be an address; page
-        // what was found.
+        // walk that trigram's index entries in listing order, keep the users
+        // the full condition matches and stop once `offset + limit` are found
+        // (`USERS_NAMED_LIKE`); add the few e-mail and phone matches, if the
+        // needle may be an address; page what was found.
         static SQL: std::sync::LazyLock<[String; 2]> = std::sync::LazyLock::new(|| {
             let columns = crate::store::sql::USER_COLUMNS;
-            let named = format!(
-                "SELECT {} FROM user_search_trigrams t {USERS_BY_TRIGRAM} \
-                 WHERE t.trigram = $6 AND u.suspended = FALSE \
-                   AND (lower(u.username) LIKE $1 ESCAPE '\\' \
-                     OR lower(u.first_name || ' ' || u.last_name) LIKE $1 ESCAPE '\\') \
-                 ORDER BY t.sort_key, t.user_id LIMIT $7",
-                crate::store::payments::prefixed(columns, "u")
-            );
+            let named = USERS_NAMED_LIKE;
             let page = "ORDER BY lower(username), id LIMIT $4 OFFSET $5";
             [
                 // A needle that is no address: the union's other half, and
@@ -149,7 +141,7 @@ impl UserStore for ThisStore {
                 format!("SELECT {columns} FROM ({named}) named {page}"),
                 format!(
                     "SELECT {columns} FROM ( \
-                       SELECT * FROM ({named}) named \
+                       SELECT {columns} FROM ({named}) named \
                        UNION \
                        SELECT {columns} FROM users WHERE suspended = FALSE \
                          AND ((email = $2 AND email_verified) OR (phone = $3 AND phone_verified)) \
