@@ -13,7 +13,7 @@ mod postgres;
 mod sql;
 mod sqlite;
 mod traits;
-mod user_reads;
+pub(crate) mod user_reads;
 mod verification;
 
 pub use error::StoreError;

@@ -2,7 +2,7 @@ use super::pay_batcher::{Batched, PayBatcher};
 use super::pool::{
     check_after_trouble, connections_per_core, BatchFuture, Lease, Lender, RevocationEpoch,
 };
-use super::user_reads::{BatchedRead, UserReads};
+use super::user_reads::{user_with_friends_count_columns, ReadUsers, UserReads};
 use super::*;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{PgPool, Postgres, Transaction};
@@ -52,11 +52,30 @@ impl PgStore {
         Ok(Self {
             pool,
             pays: Arc::new(PayBatcher::new(statements.clone())),
-            user_reads: Arc::new(UserReads::new(statements.clone())),
+            user_reads: Arc::new(UserReads::new(read_users(statements.clone()))),
             statements,
             revocations: RevocationEpoch::default(),
         })
     }
+}
+
+/// How `/me`'s batched reads read their users: one statement, the ids bound
+/// as one array.
+fn read_users(statements: Arc<Lender<Postgres>>) -> ReadUsers {
+    const SQL: &str = concat!(
+        "SELECT ",
+        user_with_friends_count_columns!(),
+        " FROM users WHERE id = ANY($1)"
+    );
+    Box::new(move |ids| {
+        let statements = statements.clone();
+        Box::pin(async move {
+            sqlx::query_as(SQL)
+                .bind(ids)
+                .fetch_all(&mut *statements.lease().await?)
+                .await
+        })
+    })
 }
 
 impl queries::Connections for PgStore {
@@ -122,14 +141,8 @@ impl queries::Connections for PgStore {
         })
     }
 
-    async fn find_user_with_friends_count_in_batch(
-        &self,
-        user_id: &str,
-    ) -> Result<Option<Option<(User, i64)>>, StoreError> {
-        Ok(match self.user_reads.read(user_id).await? {
-            BatchedRead::Found(found) => Some(found),
-            BatchedRead::Alone => None,
-        })
+    fn user_reads(&self) -> &Arc<UserReads> {
+        &self.user_reads
     }
 
     /// One statement: the migration's `settle_due` function, which reads

@@ -1,4 +1,5 @@
 use super::pool::{connections_per_core, BatchFuture, Lease, Lender, RevocationEpoch};
+use super::user_reads::{user_with_friends_count_columns, ReadUsers, UserReads};
 use super::*;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{Connection, Sqlite, SqliteConnection, SqlitePool, Transaction};
@@ -29,7 +30,9 @@ const READINESS_WRITER_WAIT: Duration = Duration::from_millis(250);
 /// processes, such as `tally admin`, wait on the busy timeout).
 pub struct SqliteStore {
     /// Reads that need no transaction: no ping, one trip each.
-    readers: Lender<Sqlite>,
+    readers: Arc<Lender<Sqlite>>,
+    /// `/me`'s user reads, made together.
+    user_reads: Arc<UserReads>,
     /// Snapshots (read transactions), readiness and backups.
     reader: SqlitePool,
     /// The one writer: transactions take it through this pool, and the group
@@ -112,11 +115,11 @@ impl SqliteStore {
         let options = options
             .read_only(true)
             .thread_name(|n| format!("sqlite-reader-{n}"));
-        let readers = Lender::new(
+        let readers = Arc::new(Lender::new(
             options.clone(),
             connections_per_core(2, 2, 8),
             Duration::from_secs(10),
-        );
+        ));
         let reader = SqlitePoolOptions::new()
             .max_connections(2)
             .test_before_acquire(false)
@@ -141,6 +144,7 @@ impl SqliteStore {
             wal_restart,
         ));
         Ok(Self {
+            user_reads: Arc::new(UserReads::new(read_users(readers.clone()))),
             readers,
             reader,
             writer,
@@ -253,12 +257,8 @@ impl queries::Connections for SqliteStore {
         Ok(Some(group_writes::recorded(insert, &rows)?))
     }
 
-    /// Read alone: an SQLite read is no round trip to batch away.
-    async fn find_user_with_friends_count_in_batch(
-        &self,
-        _user_id: &str,
-    ) -> Result<Option<Option<(User, i64)>>, StoreError> {
-        Ok(None)
+    fn user_reads(&self) -> &Arc<UserReads> {
+        &self.user_reads
     }
 
     /// Every rotation: the group writer commits it with the writes queued
@@ -337,6 +337,27 @@ impl queries::Connections for SqliteStore {
     fn revocations(&self) -> &RevocationEpoch {
         &self.revocations
     }
+}
+
+/// How `/me`'s batched reads read their users: one statement on a reader
+/// thread, the ids bound as one JSON array (each found through the primary
+/// key).
+fn read_users(readers: Arc<Lender<Sqlite>>) -> ReadUsers {
+    const SQL: &str = concat!(
+        "SELECT ",
+        user_with_friends_count_columns!(),
+        " FROM users WHERE id IN (SELECT value FROM json_each($1))"
+    );
+    Box::new(move |ids| {
+        let readers = readers.clone();
+        Box::pin(async move {
+            let ids = serde_json::to_string(&ids).map_err(|e| sqlx::Error::Encode(Box::new(e)))?;
+            sqlx::query_as(SQL)
+                .bind(ids)
+                .fetch_all(&mut *readers.lease().await?)
+                .await
+        })
+    })
 }
 
 /// The most pays one group write of a settlement round settles (see

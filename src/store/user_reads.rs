@@ -1,34 +1,43 @@
-//! `/me`'s read of its user on PostgreSQL, made for all the requests waiting
-//! at once in one statement (`WHERE id = ANY($1)`), as the pays are written
-//! together: one round trip, and one turn of a database backend, serve them
-//! all. Each request's row is still read by a statement sent after the
-//! request queued, so it is as fresh as a read of its own (a balance just
-//! changed shows), and requests for one user share its row.
+//! `/me`'s read of its user, made for all the requests waiting at once in one
+//! statement, as the pays are written together: one round trip (on
+//! PostgreSQL, one turn of a database backend; on SQLite, one hand-over to a
+//! reader thread and back) serves them all. Each request's row is still read
+//! by a statement sent after the request queued, so it is as fresh as a read
+//! of its own (a balance just changed shows), and requests for one user share
+//! its row. Each backend says how it reads a batch of ids
+//! ([`UserReads::new`]).
 //!
 //! If a batch fails for something other than the database being
 //! unavailable, each of its requests reads alone, to get its own answer.
 
 use super::batch_queue::{answer_failed_batch, take_front, BatchQueue};
 use super::models::UserWithFriendsCount;
-use super::pool::Lender;
 use super::{StoreError, User};
-use sqlx::Postgres;
+use futures_util::future::BoxFuture;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use tokio::sync::oneshot;
 
 /// The most requests one statement answers.
 const MAX_BATCH: usize = 256;
-/// Batches read at once, at most, as for the pays (`pay_batcher.rs`): one
-/// per core this process may run on.
+/// Batches read at once, at most, as for PostgreSQL's pays
+/// (`pay_batcher.rs`): one per core this process may run on.
 const MAX_LEADERS: u32 = 2;
 
-/// The batch's statement.
-const SQL: &str = concat!(
-    "SELECT ",
-    crate::store::sql::user_columns!(),
-    ", friends_count FROM users WHERE id = ANY($1)"
-);
+/// Reads the users of the ids given (each once), with their friend counts.
+pub(crate) type ReadUsers = Box<
+    dyn Fn(Vec<String>) -> BoxFuture<'static, Result<Vec<UserWithFriendsCount>, sqlx::Error>>
+        + Send
+        + Sync,
+>;
+
+/// The columns a batch reads, for each backend's statement.
+macro_rules! user_with_friends_count_columns {
+    () => {
+        concat!(crate::store::sql::user_columns!(), ", friends_count")
+    };
+}
+pub(crate) use user_with_friends_count_columns;
 
 /// What a queued read is told: the user with its friend count, if it exists.
 // One per request, moved once: its size costs nothing worth a box.
@@ -45,14 +54,14 @@ struct QueuedRead {
 }
 
 pub(crate) struct UserReads {
-    statements: Arc<Lender<Postgres>>,
+    read_users: ReadUsers,
     queue: BatchQueue<QueuedRead>,
 }
 
 impl UserReads {
-    pub(crate) fn new(statements: Arc<Lender<Postgres>>) -> Self {
+    pub(crate) fn new(read_users: ReadUsers) -> Self {
         Self {
-            statements,
+            read_users,
             queue: BatchQueue::new(super::pool::connections_per_core(1, 1, MAX_LEADERS) as usize),
         }
     }
@@ -84,23 +93,16 @@ impl UserReads {
 
     /// Reads a batch and answers each of its requests.
     async fn read_batch(&self, batch: Vec<QueuedRead>) {
-        let ids: Vec<&str> = {
+        let ids: Vec<String> = {
             let mut seen = HashSet::with_capacity(batch.len());
             batch
                 .iter()
                 .map(|read| read.user_id.as_str())
                 .filter(|id| seen.insert(*id))
+                .map(str::to_owned)
                 .collect()
         };
-        let rows = match self.statements.lease().await {
-            Ok(mut conn) => {
-                sqlx::query_as::<_, UserWithFriendsCount>(SQL)
-                    .bind(ids)
-                    .fetch_all(&mut *conn)
-                    .await
-            }
-            Err(error) => Err(error),
-        };
+        let rows = (self.read_users)(ids).await;
         let rows = match rows {
             Ok(rows) => rows,
             Err(error) => {

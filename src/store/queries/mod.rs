@@ -78,14 +78,8 @@ pub(super) trait Connections {
         token: crate::store::Presented<'_>,
         successors: &[crate::store::NewToken],
     ) -> Result<Option<Option<crate::store::RotatedGrant>>, StoreError>;
-    /// Reads a user with its friend count together with the reads queued
-    /// beside it, where this backend does (PostgreSQL, one statement): `Some`
-    /// of what was found; `None` when it is to be read alone (SQLite, whose
-    /// reads are no round trip).
-    async fn find_user_with_friends_count_in_batch(
-        &self,
-        user_id: &str,
-    ) -> Result<Option<Option<(crate::store::User, i64)>>, StoreError>;
+    /// `/me`'s user reads, made together (`user_reads.rs`).
+    fn user_reads(&self) -> &std::sync::Arc<crate::store::user_reads::UserReads>;
     /// Settles a round of pays (see `settle_payments`), as one write: on
     /// SQLite committed by the group writer with the writes queued beside it,
     /// on PostgreSQL one statement (a function). The ids settled.

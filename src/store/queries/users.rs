@@ -289,7 +289,8 @@ impl UserStore for ThisStore {
         &self,
         user_id: &str,
     ) -> Result<Option<(User, i64)>, StoreError> {
-        if let Some(found) = self.find_user_with_friends_count_in_batch(user_id).await? {
+        use crate::store::user_reads::BatchedRead;
+        if let BatchedRead::Found(found) = self.user_reads().read(user_id).await? {
             return Ok(found);
         }
         const SQL: &str = concat!(
