@@ -8,7 +8,7 @@ use tally::admin::{AppAdd, UserAdd};
 use tally::config::Settings;
 use tally::{startup, telemetry};
 
-/// mimalloc instead of the system allocator (see the README's performance notes).
+/// mimalloc instead of the system allocator (see docs/performance.md, "What bounds these figures").
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
