@@ -295,8 +295,8 @@ impl UserStore for ThisStore {
         }
         const SQL: &str = concat!(
             "SELECT ",
-            crate::store::sql::user_columns!(),
-            ", friends_count FROM users WHERE id = $1"
+            crate::store::user_reads::user_with_friends_count_columns!(),
+            " FROM users WHERE id = $1"
         );
         let found = sqlx::query_as::<_, crate::store::models::UserWithFriendsCount>(SQL)
             .bind(user_id)
