@@ -13,7 +13,8 @@ mod group_writes;
 mod writer;
 use group::{GroupWrite, GroupWriter};
 use writer::{
-    page_limit, writer_autocheckpoint_pages, WalRestart, WriterHealth, WAL_RESTART_PAGES,
+    page_limit, writer_autocheckpoint_pages, DatabaseFile, WalRestart, WriterHealth,
+    WAL_RESTART_PAGES,
 };
 
 /// Test hook: a file holding a page count that every write transaction applies
@@ -131,13 +132,19 @@ impl SqliteStore {
         let group_writer = Arc::new(
             GroupWriter::start(
                 writer.clone(),
-                path,
+                path.clone(),
                 page_limit_file.clone(),
                 health.clone(),
                 wal_restart.clone(),
             )
             .map_err(|e| StoreError::Unexpected(anyhow::Error::new(e)))?,
         );
+        let checkpointer = Checkpointer {
+            pool: checkpointer,
+            file: DatabaseFile::open(&path),
+            synced: 0,
+            health: health.clone(),
+        };
         tokio::spawn(checkpoint_wal(
             checkpointer,
             Arc::downgrade(&group_writer),
@@ -369,12 +376,12 @@ const CHECKPOINT_INTERVAL: Duration = Duration::from_millis(100);
 
 /// Copies committed pages from the WAL into the database file every
 /// [`CHECKPOINT_INTERVAL`] (a passive checkpoint: it never waits for the
-/// writer or readers), on a connection of its own. SQLite would otherwise do
-/// it on the committing connection, the one writer, every 1,000 pages: a
-/// third of its time under load, during which no write can go on. It stops
-/// when the store is dropped.
+/// writer or readers), on a connection of its own, and syncs the file (see
+/// [`DatabaseFile`]). SQLite would otherwise do it on the committing
+/// connection, the one writer, every 1,000 pages: a third of its time under
+/// load, during which no write can go on. It stops when the store is dropped.
 async fn checkpoint_wal(
-    checkpointer: SqlitePool,
+    mut checkpointer: Checkpointer,
     store: std::sync::Weak<GroupWriter>,
     wal_restart: Arc<WalRestart>,
 ) {
@@ -387,11 +394,9 @@ async fn checkpoint_wal(
         }
         // A large WAL copied to its end (as it was when the pass began): a
         // second pass copies what was written during the first, so that
-        // what the group thread is left to copy is a moment's worth.
-        let caught_up = match checkpoint_passive(&checkpointer).await {
-            Some(pages) if pages >= WAL_RESTART_PAGES => {
-                checkpoint_passive(&checkpointer).await.is_some()
-            }
+        // what the group thread is left to copy and sync is a moment's worth.
+        let caught_up = match checkpointer.pass().await {
+            Some(pages) if pages >= WAL_RESTART_PAGES => checkpointer.pass().await.is_some(),
             _ => false,
         };
         if caught_up {
@@ -400,21 +405,46 @@ async fn checkpoint_wal(
     }
 }
 
-/// A passive checkpoint: the WAL's size in pages when every one of them was
-/// copied, `None` if some are left or it failed.
-async fn checkpoint_passive(checkpointer: &SqlitePool) -> Option<i64> {
-    // busy, the WAL's pages, the pages copied
-    let outcome: Result<(i64, i64, i64), _> = sqlx::query_as("PRAGMA wal_checkpoint(PASSIVE)")
-        .fetch_one(checkpointer)
-        .await;
-    match outcome {
-        Ok((0, pages, copied)) if pages == copied => Some(pages),
-        Ok(_) => None,
-        Err(error) => {
-            if let Some(suppressed) = crate::log_throttle::admit("sqlite checkpoint failed") {
-                tracing::warn!(%error, suppressed, "the SQLite WAL could not be checkpointed");
+/// The checkpointer's connection and the database file it syncs.
+struct Checkpointer {
+    pool: SqlitePool,
+    /// `None` for a database without a file.
+    file: Option<Arc<DatabaseFile>>,
+    /// How many of the WAL's pages were in the file at its last sync.
+    synced: i64,
+    health: Arc<WriterHealth>,
+}
+
+impl Checkpointer {
+    /// A passive checkpoint, then a sync of the file if it copied pages: the
+    /// WAL's size in pages when every one of them was copied and synced,
+    /// `None` if some are left or something failed.
+    async fn pass(&mut self) -> Option<i64> {
+        // busy, the WAL's pages, the pages copied
+        let outcome: Result<(i64, i64, i64), _> = sqlx::query_as("PRAGMA wal_checkpoint(PASSIVE)")
+            .fetch_one(&self.pool)
+            .await;
+        match outcome {
+            Ok((0, pages, copied)) => {
+                if let Some(file) = self.file.as_ref().filter(|_| copied != self.synced) {
+                    if !file.sync().await {
+                        // Linux may report a failed write-back once only, so
+                        // SQLite's own sync could pass without these pages on
+                        // the disk: no restart, and readiness shows it.
+                        self.health.failed();
+                        return None;
+                    }
+                    self.synced = copied;
+                }
+                (pages == copied).then_some(pages)
             }
-            None
+            Ok(_) => None,
+            Err(error) => {
+                if let Some(suppressed) = crate::log_throttle::admit("sqlite checkpoint failed") {
+                    tracing::warn!(%error, suppressed, "the SQLite WAL could not be checkpointed");
+                }
+                None
+            }
         }
     }
 }
@@ -561,6 +591,44 @@ mod tests {
         }
         assert!(store.health.failed_recently());
         assert!(store.ready().await.is_err());
+        Ok(())
+    }
+
+    /// A checkpointer pass copies the WAL into the database file and syncs
+    /// the file once for what it copied; only a pass that copied every page
+    /// (and synced them) reports the WAL's size, which may ask for a restart.
+    #[tokio::test]
+    async fn a_checkpointer_pass_syncs_what_it_copied() -> anyhow::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join("tally.db");
+        let url = format!("sqlite://{}", path.display());
+        let store = SqliteStore::connect(&url).await?;
+        store.run_migrations().await?;
+        let mut checkpointer = Checkpointer {
+            pool: SqlitePoolOptions::new()
+                .max_connections(1)
+                .connect_with(SqliteConnectOptions::from_str(&url)?)
+                .await?,
+            file: DatabaseFile::open(&path),
+            synced: 0,
+            health: store.health.clone(),
+        };
+        assert!(checkpointer.file.is_some());
+        let mut tx = store.write().await?;
+        sqlx::query("INSERT INTO server_settings (key, value) VALUES ('k', 'v')")
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        let pages = checkpointer.pass().await.unwrap_or_default();
+        assert!(pages > 0, "every page copied, and the WAL's size reported");
+        assert_eq!(checkpointer.synced, pages);
+        assert_eq!(
+            checkpointer.pass().await,
+            Some(pages),
+            "nothing new to copy"
+        );
+        assert!(!store.health.failed_recently());
+        assert!(DatabaseFile::open(&dir.path().join("missing.db")).is_none());
         Ok(())
     }
 }
