@@ -371,6 +371,14 @@ fn read_users(readers: Arc<Lender<Sqlite>>) -> ReadUsers {
 /// `settle_due_in_batch`).
 const SETTLEMENT_SLICE: i64 = 64;
 
+/// Passes the checkpointer makes after a large WAL's first, at most, to
+/// catch up with the writes before it asks for the restart.
+const CATCH_UP_PASSES: usize = 6;
+
+/// A pass that found fewer new WAL pages than this has caught up: about a
+/// pass's worth of the pay load's writes.
+const CAUGHT_UP_PAGES: i64 = 300;
+
 /// How often the WAL is checkpointed (see [`checkpoint_wal`]).
 const CHECKPOINT_INTERVAL: Duration = Duration::from_millis(100);
 
@@ -392,11 +400,26 @@ async fn checkpoint_wal(
         if store.strong_count() == 0 {
             return;
         }
-        // A large WAL copied to its end (as it was when the pass began): a
-        // second pass copies what was written during the first, so that
-        // what the group thread is left to copy and sync is a moment's worth.
+        // A large WAL copied to its end (as it was when the pass began):
+        // more passes copy what was written during the one before, until one
+        // finds only a moment's worth new, which is what the group thread is
+        // then left to copy and sync with every write waiting.
         let caught_up = match checkpointer.pass().await {
-            Some(pages) if pages >= WAL_RESTART_PAGES => checkpointer.pass().await.is_some(),
+            Some(pages) if pages >= WAL_RESTART_PAGES => {
+                let mut before = pages;
+                let mut caught_up = false;
+                for _ in 0..CATCH_UP_PASSES {
+                    match checkpointer.pass().await {
+                        Some(pages) if pages < before + CAUGHT_UP_PAGES => {
+                            caught_up = true;
+                            break;
+                        }
+                        Some(pages) => before = pages,
+                        None => break,
+                    }
+                }
+                caught_up
+            }
             _ => false,
         };
         if caught_up {
