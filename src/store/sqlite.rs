@@ -400,26 +400,8 @@ async fn checkpoint_wal(
         if store.strong_count() == 0 {
             return;
         }
-        // A large WAL copied to its end (as it was when the pass began):
-        // more passes copy what was written during the one before, until one
-        // finds only a moment's worth new, which is what the group thread is
-        // then left to copy and sync with every write waiting.
         let caught_up = match checkpointer.pass().await {
-            Some(pages) if pages >= WAL_RESTART_PAGES => {
-                let mut before = pages;
-                let mut caught_up = false;
-                for _ in 0..CATCH_UP_PASSES {
-                    match checkpointer.pass().await {
-                        Some(pages) if pages < before + CAUGHT_UP_PAGES => {
-                            caught_up = true;
-                            break;
-                        }
-                        Some(pages) => before = pages,
-                        None => break,
-                    }
-                }
-                caught_up
-            }
+            Some(pages) if pages >= WAL_RESTART_PAGES => checkpointer.catch_up(pages).await,
             _ => false,
         };
         if caught_up {
@@ -469,6 +451,22 @@ impl Checkpointer {
                 None
             }
         }
+    }
+
+    /// After a pass copied a large WAL to its end (`pages`, as it was when
+    /// the pass began), more passes copy what was written during the one
+    /// before, until one finds only a moment's worth new: what the group
+    /// thread is then left to copy and sync at the restart, with every write
+    /// waiting. Whether it caught up within [`CATCH_UP_PASSES`].
+    async fn catch_up(&mut self, mut pages: i64) -> bool {
+        for _ in 0..CATCH_UP_PASSES {
+            match self.pass().await {
+                Some(now) if now < pages + CAUGHT_UP_PAGES => return true,
+                Some(now) => pages = now,
+                None => return false,
+            }
+        }
+        false
     }
 }
 
@@ -649,6 +647,10 @@ mod tests {
             checkpointer.pass().await,
             Some(pages),
             "nothing new to copy"
+        );
+        assert!(
+            checkpointer.catch_up(pages).await,
+            "a pass that finds nothing new has caught up"
         );
         assert!(!store.health.failed_recently());
         assert!(DatabaseFile::open(&dir.path().join("missing.db")).is_none());
