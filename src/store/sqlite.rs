@@ -406,6 +406,12 @@ async fn checkpoint_wal(
         };
         if caught_up {
             wal_restart.request();
+            // A full interval before the next pass: the catch-up passes have
+            // usually made the tick overdue, and a pass at once would hold the
+            // checkpoint lock the group thread's finish needs. The finish then
+            // found it busy (8-10 of a pay row's 20 finishes) and the WAL grew
+            // on until the next catch-up.
+            ticks.reset();
         }
     }
 }
