@@ -546,9 +546,10 @@ mod tests {
     use super::queries::Connections;
     use super::*;
 
-    /// Writes queued together commit in one group, each in its own savepoint:
-    /// one that fails half-way is rolled back to its savepoint and answered
-    /// with its own error, and the others of its group are written.
+    /// Writes queued together commit in one group: one that fails half-way
+    /// has the group written again, each write in its own savepoint, so that
+    /// it is rolled back alone and answered with its own error, and the others
+    /// of its group are written once.
     #[tokio::test]
     async fn a_write_that_fails_in_a_group_leaves_the_others_written() -> anyhow::Result<()> {
         let dir = tempfile::tempdir()?;
