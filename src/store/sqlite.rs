@@ -8,6 +8,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
+mod audit;
 mod group;
 mod group_writes;
 mod writer;
@@ -43,6 +44,8 @@ pub struct SqliteStore {
     group_writer: Arc<GroupWriter>,
     health: Arc<WriterHealth>,
     page_limit_file: Option<PathBuf>,
+    /// The database file, which the audit opens a connection of its own to.
+    path: PathBuf,
     revocations: RevocationEpoch,
 }
 
@@ -158,6 +161,7 @@ impl SqliteStore {
             group_writer,
             health,
             page_limit_file,
+            path: path.clone(),
             revocations: RevocationEpoch::default(),
         })
     }
@@ -341,6 +345,32 @@ impl queries::Connections for SqliteStore {
         Ok(self.reader.begin().await?)
     }
 
+    /// Read on a connection of its own, in one read transaction, by a walk of
+    /// the payment index (`sqlite/audit.rs`), on a blocking thread; the
+    /// suspects come back a chunk at a time, so no more than one is held.
+    async fn own_audit_snapshot(
+        &self,
+        chunk: i64,
+        each: &mut (dyn FnMut(crate::store::AuditChunk) + Send),
+    ) -> Result<Option<crate::store::AuditSnapshot>, StoreError> {
+        let path = self.path.clone();
+        let (chunks, mut read) = tokio::sync::mpsc::channel(1);
+        let reading = tokio::task::spawn_blocking(move || {
+            audit::snapshot(&path, chunk.max(1) as usize, &mut |suspects| {
+                // If the audit was dropped, what is left is read for nothing.
+                let _ = chunks.blocking_send(suspects);
+            })
+        });
+        while let Some(suspects) = read.recv().await {
+            each(suspects);
+        }
+        let snapshot = reading
+            .await
+            .map_err(|e| StoreError::Unexpected(anyhow::Error::new(e)))?
+            .map_err(group::store_error)?;
+        Ok(Some(snapshot))
+    }
+
     fn revocations(&self) -> &RevocationEpoch {
         &self.revocations
     }
@@ -516,7 +546,9 @@ const TO_ACCOUNT_SQL: (&str, &str) = (
     super::payments::SQLITE_CHARGE_TO_ACCOUNT_SQL,
 );
 
-/// SQLite's planner needs no settings for the audit.
+/// The shared audit statements' dialect. SQLite reads its audit its own way
+/// (`own_audit_snapshot`, `sqlite/audit.rs`), so these only keep the shared
+/// code whole: its planner would need no settings.
 const AUDIT_SETTINGS: &[&str] = &[];
 /// The audit's sum of cents: SQLite's own sum of integers is one.
 const AUDIT_SUM: &str = "SUM";

@@ -101,6 +101,15 @@ pub(super) trait Connections {
     ) -> Result<usize, StoreError>;
     /// Begins a read transaction that sees one consistent snapshot.
     async fn snapshot(&self) -> Result<Tx, StoreError>;
+    /// The audit's snapshot (see `Store::audit_snapshot`) where this backend
+    /// reads it its own way (SQLite: one walk of the payment index, see
+    /// `sqlite/audit.rs`); `None` where the statements of
+    /// `PaymentStore::audit_snapshot` read it (PostgreSQL).
+    async fn own_audit_snapshot(
+        &self,
+        chunk: i64,
+        each: &mut (dyn FnMut(crate::store::AuditChunk) + Send),
+    ) -> Result<Option<crate::store::AuditSnapshot>, StoreError>;
     /// This store's count of committed revocations.
     fn revocations(&self) -> &RevocationEpoch;
 }

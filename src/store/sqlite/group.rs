@@ -489,7 +489,7 @@ fn is_busy(error: &rusqlite::Error) -> bool {
 }
 
 /// A write's own error, told as sqlx's would be.
-fn store_error(error: rusqlite::Error) -> StoreError {
+pub(super) fn store_error(error: rusqlite::Error) -> StoreError {
     if let rusqlite::Error::SqliteFailure(failure, message) = &error {
         let text = message.clone().unwrap_or_else(|| failure.to_string());
         if crate::store::error::sqlite_transient(failure.extended_code) {
