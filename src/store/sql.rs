@@ -34,6 +34,9 @@ pub const USER_COLUMNS: &str = user_columns!();
 /// makes the payment a suspect, which the audit then checks in full. Each entry
 /// is compared with as few accounts as that takes: they are most of the work.
 /// `sum` is the backend's sum of cents as an integer (its `AUDIT_SUM`).
+/// PostgreSQL runs this statement; SQLite applies the same rules in Rust, in
+/// its walk of the payment index (`store/sqlite/audit.rs`): a change here
+/// belongs there too (the store conformance tests hold both to each rule).
 ///
 /// One row comes back: the suspects' ids as a JSON array of strings (`list` is
 /// the backend's JSON array aggregate, its `AUDIT_JSON_LIST`), and how many
