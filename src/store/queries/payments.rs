@@ -657,12 +657,25 @@ impl PaymentStore for ThisStore {
         )
         .fetch_all(&mut *tx)
         .await?;
-        let ledger_sums = sqlx::query_as::<_, LedgerSum>(&format!(
-            "SELECT account, {AUDIT_SUM}(amount_cents) AS total_cents \
+        // With each account's sum, its count of entries: with the count of
+        // the entries that name no payment (from an index that holds only
+        // them), it tells how many name one, without a walk of the ledger.
+        let mut entries = 0i64;
+        let ledger_sums = sqlx::query_as::<_, (String, i64, i64)>(&format!(
+            "SELECT account, {AUDIT_SUM}(amount_cents), COUNT(*) \
              FROM ledger_entries GROUP BY account ORDER BY account"
         ))
         .fetch_all(&mut *tx)
-        .await?;
+        .await?
+        .into_iter()
+        .map(|(account, total_cents, count)| {
+            entries += count;
+            LedgerSum {
+                account,
+                total_cents,
+            }
+        })
+        .collect::<Vec<_>>();
         let unbalanced_movements = sqlx::query_as::<_, LedgerSum>(&format!(
             "SELECT movement_id AS account, {AUDIT_SUM}(amount_cents) AS total_cents \
              FROM ledger_entries GROUP BY movement_id HAVING {AUDIT_SUM}(amount_cents) <> 0"
@@ -687,13 +700,14 @@ impl PaymentStore for ThisStore {
         let mut suspects: Vec<String> = serde_json::from_str(&suspects).map_err(|e| {
             StoreError::Unexpected(anyhow::anyhow!("the audit's suspect list: {e}"))
         })?;
-        // Entries that name no payment: only when the pass above matched
-        // fewer entries than name one (counted from the payment index alone)
-        // are they looked for, with a second walk of that index.
-        let entries_naming_payment: i64 =
-            sqlx::query_scalar("SELECT COUNT(*) FROM ledger_entries WHERE payment_id IS NOT NULL")
+        // Entries that name a missing payment: only when the pass above
+        // matched fewer entries than name one are they looked for, with a
+        // second walk of the payment index.
+        let entries_naming_no_payment: i64 =
+            sqlx::query_scalar("SELECT COUNT(*) FROM ledger_entries WHERE payment_id IS NULL")
                 .fetch_one(&mut *tx)
                 .await?;
+        let entries_naming_payment = entries - entries_naming_no_payment;
         let entries_without_payment: Vec<String> = if matched_entries == entries_naming_payment {
             Vec::new()
         } else {
