@@ -660,22 +660,20 @@ impl PaymentStore for ThisStore {
         // With each account's sum, its count of entries: with the count of
         // the entries that name no payment (from an index that holds only
         // them), it tells how many name one, without a walk of the ledger.
-        let mut entries = 0i64;
-        let ledger_sums = sqlx::query_as::<_, (String, i64, i64)>(&format!(
+        let by_account = sqlx::query_as::<_, (String, i64, i64)>(&format!(
             "SELECT account, {AUDIT_SUM}(amount_cents), COUNT(*) \
              FROM ledger_entries GROUP BY account ORDER BY account"
         ))
         .fetch_all(&mut *tx)
-        .await?
-        .into_iter()
-        .map(|(account, total_cents, count)| {
-            entries += count;
-            LedgerSum {
+        .await?;
+        let entries: i64 = by_account.iter().map(|(_, _, count)| count).sum();
+        let ledger_sums: Vec<LedgerSum> = by_account
+            .into_iter()
+            .map(|(account, total_cents, _)| LedgerSum {
                 account,
                 total_cents,
-            }
-        })
-        .collect::<Vec<_>>();
+            })
+            .collect();
         let unbalanced_movements = sqlx::query_as::<_, LedgerSum>(&format!(
             "SELECT movement_id AS account, {AUDIT_SUM}(amount_cents) AS total_cents \
              FROM ledger_entries GROUP BY movement_id HAVING {AUDIT_SUM}(amount_cents) <> 0"

@@ -19,7 +19,7 @@ use crate::store::accounts;
 use crate::store::{
     AccountBalance, AuditChunk, AuditPayment, AuditSnapshot, LedgerSum, PaymentEntrySum,
 };
-use rusqlite::{Connection, OpenFlags, Row};
+use rusqlite::{Connection, OpenFlags, OptionalExtension, Row};
 use std::collections::HashMap;
 use std::path::Path;
 use std::time::Duration;
@@ -180,17 +180,17 @@ fn walk_payments_and_entries(conn: &Connection) -> rusqlite::Result<Walk> {
         }
         let refund_bad = match &payment.refund_payment_id {
             None => payment.returned(),
-            Some(refund_id) => {
-                let mut found = refund.query([refund_id])?;
-                match found.next()? {
-                    Some(r) => {
-                        let amount: i64 = r.get(0)?;
-                        let target: Option<String> = r.get(1)?;
-                        !(payment.returned() && amount == payment.amount && target == payment.actor)
-                    }
-                    None => payment.returned(),
+            Some(refund_id) => match refund
+                .query_row([refund_id], |r| {
+                    Ok((r.get::<_, i64>(0)?, r.get::<_, Option<String>>(1)?))
+                })
+                .optional()?
+            {
+                Some((amount, target)) => {
+                    !(payment.returned() && amount == payment.amount && target == payment.actor)
                 }
-            }
+                None => payment.returned(),
+            },
         };
         if refund_bad || nets.differ_from(&payment) {
             walk.suspects.push(payment.id);
