@@ -56,7 +56,7 @@ impl SqliteStore {
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Normal)
             .foreign_keys(true)
-            .busy_timeout(Duration::from_secs(10));
+            .busy_timeout(group::BUSY_TIMEOUT);
         let path = options.get_filename().to_owned();
         let health = Arc::new(WriterHealth::default());
         let on_release = health.clone();

@@ -22,7 +22,6 @@ use crate::store::{
 use rusqlite::{Connection, OpenFlags, OptionalExtension, Row};
 use std::collections::HashMap;
 use std::path::Path;
-use std::time::Duration;
 
 /// The snapshot (see `Store::audit_snapshot`): the suspects are handed to
 /// `each`, `chunk` payments at a time in id order, with their entries.
@@ -35,7 +34,7 @@ pub(super) fn snapshot(
         path,
         OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
     )?;
-    conn.busy_timeout(Duration::from_secs(10))?;
+    conn.busy_timeout(super::group::BUSY_TIMEOUT)?;
     // A deferred BEGIN: the snapshot is taken by the first read and every
     // read below sees it.
     conn.execute_batch("BEGIN")?;
@@ -207,6 +206,8 @@ fn walk_payments_and_entries(conn: &Connection) -> rusqlite::Result<Walk> {
     Ok(walk)
 }
 
+/// Adds `cents` to `account`'s sum, making the key only for an account not yet
+/// summed (a few hundred thousand at most, against millions of entries).
 fn add_to_account(sums: &mut HashMap<String, i64>, account: &str, cents: i64) {
     match sums.get_mut(account) {
         Some(sum) => *sum += cents,

@@ -28,7 +28,6 @@ use sqlx::SqlitePool;
 use std::borrow::Cow;
 use std::path::PathBuf;
 use std::sync::{mpsc, Arc, Mutex, PoisonError};
-use std::time::Duration;
 use tokio::sync::oneshot;
 
 /// The most writes one group commits together.
@@ -410,6 +409,11 @@ fn write_each_in_savepoint(
     conn.execute_batch("COMMIT").err()
 }
 
+/// How long a statement waits for another connection's lock on the file
+/// before it fails as busy: every connection the SQLite store opens, sqlx's
+/// and its own (this thread's, the audit's).
+pub(super) const BUSY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// The group thread's connection, set up as sqlx's writer is (the file is
 /// in WAL mode already: sqlx made it so).
 fn open(path: &std::path::Path) -> Result<rusqlite::Connection, rusqlite::Error> {
@@ -418,7 +422,7 @@ fn open(path: &std::path::Path) -> Result<rusqlite::Connection, rusqlite::Error>
         path,
         OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
     )?;
-    conn.busy_timeout(Duration::from_secs(10))?;
+    conn.busy_timeout(BUSY_TIMEOUT)?;
     conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
     conn.execute_batch(concat!(
         "PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON; ",
