@@ -163,6 +163,7 @@ pub async fn create(
         &principal.user,
         request,
         key.as_deref(),
+        state.settings.settlement_delay,
         now_micros(),
     )
     .await

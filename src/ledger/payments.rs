@@ -116,12 +116,16 @@ pub enum CreateError {
 }
 
 /// Makes a pay (held from the actor at once) or a charge (nothing moves yet).
+/// A pay to an account under a `settlement_delay` of 0 is due the moment it is
+/// made: the store may settle it in the same transaction (see
+/// `PaymentInsert::settle_at_once`); the answer shows it as made, pending.
 #[tracing::instrument(skip_all, fields(actor = %actor.id))]
 pub async fn create(
     store: &dyn Store,
     actor: &User,
     request: PaymentRequest,
     idempotency_key: Option<&str>,
+    settlement_delay: Duration,
     now: i64,
 ) -> Result<Made, CreateError> {
     check_amount(request.amount)?;
@@ -178,8 +182,10 @@ pub async fn create(
         now,
         expired_before: now.saturating_sub(micros(IDEMPOTENCY_WINDOW)),
     });
+    let due_at_once = action == PaymentAction::Pay && to_account && settlement_delay.is_zero();
     let insert = PaymentInsert {
         hold: (action == PaymentAction::Pay).then(|| hold(actor, &payment)),
+        settle_at_once: due_at_once.then(new_id),
         payment,
         idempotency,
         check_target: named_target.is_some(),

@@ -196,6 +196,7 @@ fn holds_statement(
         .bind(hold(|h| h.to.clone()))
         .bind(hold(|h| h.kind.as_str().to_owned()))
         .bind(pays().map(|i| i.check_target).collect::<Vec<bool>>())
+        .bind(maybe_text(|i| i.settle_at_once.clone()))
 }
 
 /// What the batch did for one pay, read from its row.

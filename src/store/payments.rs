@@ -104,19 +104,22 @@ pub(crate) const PG_CHARGE_SQL: &str = concat!(
 /// Many pays in one round trip (PostgreSQL's pay batches, see
 /// `pay_batcher.rs`), each all or nothing as `PG_HOLD_SQL` and
 /// `PG_HOLD_TO_ACCOUNT_SQL` make one: the migration's `pay_batch` function
-/// locks the actors' rows, then writes the pays in a second statement (the
-/// migration says why). `$1`..`$17` are arrays of the payment rows' columns in
-/// `PAYMENT_COLUMNS` order, `$18`..`$20` of their holds' movement ids,
-/// credited accounts and kinds, `$21` of whether the target account was named
-/// by id and not read. One row per pay: its id (`pay_id`), the actor's balance
-/// after it (NULL when nothing was written: not covered, or no such target),
-/// and, when `$21`, the target account's columns (NULL when there is none).
+/// locks the actors' rows and those of the targets it may credit, writes the
+/// pays, then credits the targets of those it settled at once (the migrations
+/// say why). `$1`..`$17` are arrays of the payment rows' columns in
+/// `PAYMENT_COLUMNS` order, `$18`..`$20` of their holds' movement ids, credited
+/// accounts and kinds, `$21` of whether the target account was named by id and
+/// not read, `$22` of their settlements' movement ids when they are to settle
+/// at once (`PaymentInsert::settle_at_once`), else NULL. One row per pay: its
+/// id (`pay_id`), the actor's balance after it (NULL when nothing was written:
+/// not covered, or no such target), and, when `$21`, the target account's
+/// columns (NULL when there is none).
 pub(crate) const PG_HOLDS_SQL: &str = concat!(
     "SELECT b.pay_id, b.actor_balance_cents, t.* \
      FROM pay_batch($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], \
        $7::text[], $8::text[], $9::int8[], $10::text[], $11::text[], $12::text[], $13::text[], \
        $14::int8[], $15::int8[], $16::int8[], $17::text[], $18::text[], $19::text[], \
-       $20::text[], $21::bool[]) AS b \
+       $20::text[], $21::bool[], $22::text[]) AS b \
      JOIN unnest($1::text[], $5::text[], $21::bool[]) AS q (id, target_user_id, check_target) \
        ON q.id = b.pay_id \
      LEFT JOIN LATERAL (SELECT ",
@@ -343,6 +346,13 @@ pub struct PaymentInsert {
     /// The target account (`payment.target_user_id`) was named by the request
     /// and not read: the store writes nothing unless it exists, and returns it.
     pub check_target: bool,
+    /// For a pay due for settlement the moment it is made (a pay to an
+    /// account under a settlement delay of 0): the movement id of its
+    /// settlement, `@held` to the target at `date_created`. A store may settle
+    /// it with the pay, in the same transaction, if the target is active then
+    /// (PostgreSQL's pay batches do); otherwise the pay stays pending and the
+    /// workers settle it at their next round, as any due pay.
+    pub settle_at_once: Option<String>,
 }
 
 impl PaymentInsert {

@@ -15,6 +15,7 @@ use tally::store::{Payment, PaymentInsert};
 on_both_backends!(
     a_pay_is_held_at_once_then_settled_and_every_field_is_shown,
     a_pay_settles_only_after_the_settlement_delay,
+    pays_due_at_once_in_a_ring_settle_and_every_balance_ends_where_it_began,
     a_pay_to_a_suspended_account_fails_and_is_refunded,
     a_pay_to_an_email_is_claimed_when_an_account_verifies_it,
     an_account_added_verified_by_the_operator_claims_what_waits_for_it,
@@ -151,6 +152,57 @@ async fn a_pay_settles_only_after_the_settlement_delay(backend: Backend) {
     app.wait_for_status(&ann.token, &id(&payment), "settled")
         .await;
     assert_eq!(balance_cents(app.store.as_ref(), &bob.id).await, 400);
+}
+
+/// Under a settlement delay of 0 a pay is due the moment it is made. On
+/// PostgreSQL its batch settles it in the same transaction, so it reads as
+/// settled as soon as its answer arrives; on SQLite the worker's next round
+/// settles it. Made at once around a ring, each pay spends money its actor
+/// holds before the pay to it lands, and on PostgreSQL one batch may debit and
+/// credit the same account.
+async fn pays_due_at_once_in_a_ring_settle_and_every_balance_ends_where_it_began(backend: Backend) {
+    let Some(app) = TestApp::spawn(backend).await else {
+        return;
+    };
+    let store = app.store.as_ref();
+    let mut ring = Vec::new();
+    for name in ["ann", "bob", "cat", "dan", "eve"] {
+        ring.push(person(store, name, "10").await);
+    }
+    let pays = futures_util::future::join_all(
+        ring.iter()
+            .zip(ring.iter().cycle().skip(1))
+            .map(|(from, to)| app.pay(from, to, "10")),
+    )
+    .await;
+    for (answer, actor) in pays.iter().zip(&ring) {
+        let made = &answer.ok()["payment"];
+        // The answer shows the pay as made.
+        assert_eq!(made["status"], "pending", "{}", answer.text);
+        assert!(made["date_completed"].is_null());
+        let path = format!("/payments/{}", id(made));
+        let shown = match backend {
+            Backend::Postgres => {
+                let shown = app.get(&path, &actor.token).await.ok().clone();
+                assert_eq!(shown["date_completed"], made["date_created"], "{shown}");
+                shown
+            }
+            Backend::Sqlite => {
+                app.wait_for_status(&actor.token, &id(made), "settled")
+                    .await
+            }
+        };
+        assert_eq!(shown["status"], "settled", "{shown}");
+    }
+    for person in &ring {
+        assert_eq!(
+            balance_cents(store, &person.id).await,
+            1000,
+            "{}",
+            person.id
+        );
+    }
+    audit_ok(store).await;
 }
 
 async fn a_pay_to_a_suspended_account_fails_and_is_refunded(backend: Backend) {
@@ -1121,6 +1173,7 @@ async fn paging_through_120_payments_with_one_timestamp_returns_each_once(backen
                 hold: None,
                 idempotency: None,
                 check_target: false,
+                settle_at_once: None,
             })
             .await
             .unwrap();

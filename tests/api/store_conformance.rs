@@ -6,6 +6,11 @@ use tally::domain::{now_micros, Amount, PaymentStatus};
 use tally::ledger;
 use tally::store::{EntryKind, NewApp, NewUser, Presented, Store, StoreError, UserFlags, UserKey};
 
+/// The settlement delay of the pays these tests make through the ledger: not
+/// 0, so they stay pending (none settles with its own write) until the tests'
+/// own worker rounds (`run_workers_once`) settle them.
+const LATER: std::time::Duration = std::time::Duration::from_secs(3600);
+
 on_both_backends!(
     users_are_found_by_id_username_email_and_phone,
     usernames_emails_and_phones_are_unique,
@@ -1217,7 +1222,7 @@ async fn pays_made_at_once_each_move_their_own_money_or_none(backend: Backend) {
             audience: tally::domain::Audience::Private,
             medium: tally::domain::Medium::Api,
         };
-        ledger::payments::create(store.as_ref(), actor, request, None, now_micros())
+        ledger::payments::create(store.as_ref(), actor, request, None, LATER, now_micros())
     }))
     .await;
     use ledger::payments::CreateError;
@@ -1361,6 +1366,7 @@ async fn a_pay_that_fails_its_batch_fails_alone(backend: Backend) {
                 }),
                 idempotency: None,
                 check_target: true,
+                settle_at_once: None,
             }
         })
         .collect();
@@ -1446,7 +1452,7 @@ async fn try_pay_four(
         audience: tally::domain::Audience::Private,
         medium: tally::domain::Medium::Api,
     };
-    ledger::payments::create(store, actor, request, None, now_micros()).await
+    ledger::payments::create(store, actor, request, None, LATER, now_micros()).await
 }
 
 /// A worker's transition that moves a held 4.00 to `to`, decided earlier than
