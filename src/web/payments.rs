@@ -181,32 +181,32 @@ pub async fn send(
         medium: Medium::Web,
     };
     let delay = state.settings.settlement_delay;
-    let (field, message) =
-        match rules::create(store, &user, payment, None, delay, now_micros()).await {
-            Ok(_) => {
-                session::flash(
-                    &session,
-                    if request_money {
-                        "Your request is sent."
-                    } else {
-                        "Your payment is on its way."
-                    },
-                );
-                return Ok(see_other("/account#payments"));
-            }
-            Err(CreateError::AmountOutOfBounds(e)) => ("amount", sentence(&e.to_string())),
-            Err(CreateError::InvalidTarget(message)) => ("to", sentence(&message)),
-            Err(CreateError::InsufficientFunds) => (
-                "amount",
-                "Your balance does not cover this payment.".to_owned(),
-            ),
-            Err(CreateError::IdempotencyConflict) => {
-                return Err(PageError::Unexpected(anyhow::anyhow!(
-                    "an idempotency conflict without a key"
-                )))
-            }
-            Err(CreateError::Store(e)) => return Err(e.into()),
-        };
+    let made = rules::create(store, &user, payment, None, delay, now_micros()).await;
+    let (field, message) = match made {
+        Ok(_) => {
+            session::flash(
+                &session,
+                if request_money {
+                    "Your request is sent."
+                } else {
+                    "Your payment is on its way."
+                },
+            );
+            return Ok(see_other("/account#payments"));
+        }
+        Err(CreateError::AmountOutOfBounds(e)) => ("amount", sentence(&e.to_string())),
+        Err(CreateError::InvalidTarget(message)) => ("to", sentence(&message)),
+        Err(CreateError::InsufficientFunds) => (
+            "amount",
+            "Your balance does not cover this payment.".to_owned(),
+        ),
+        Err(CreateError::IdempotencyConflict) => {
+            return Err(PageError::Unexpected(anyhow::anyhow!(
+                "an idempotency conflict without a key"
+            )))
+        }
+        Err(CreateError::Store(e)) => return Err(e.into()),
+    };
     refused.error(field, message);
     Err(refuse(&session, PAY_FORM, &refused, "/account#pay"))
 }
