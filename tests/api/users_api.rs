@@ -13,6 +13,7 @@ on_both_backends!(
     the_token_may_come_as_header_query_or_form_but_not_two_different_ones,
     unknown_paths_and_wrong_methods_answer_json_errors,
     bad_tokens_get_401_with_www_authenticate,
+    tokens_from_before_the_issue_time_still_work,
 );
 
 fn keys(value: &Value) -> Vec<String> {
@@ -696,4 +697,47 @@ async fn bad_tokens_get_401_with_www_authenticate(backend: Backend) {
     app.get("/me", &ann.token)
         .await
         .error(403, "account_suspended");
+}
+
+/// Tokens issued before they led with their issue time (`tly_at_` and 64 hex
+/// digits, stored under their plain SHA-256) are still honoured; a new
+/// token whose issue-time digits are changed is not.
+async fn tokens_from_before_the_issue_time_still_work(backend: Backend) {
+    use tally::oauth::credentials;
+    use tally::store::{NewGrant, NewToken, TokenKind};
+    let Some(app) = TestApp::spawn(backend).await else {
+        return;
+    };
+    let ann = person(app.store.as_ref(), "ann", "0").await;
+    let legacy = format!("tly_at_{}", "5e".repeat(32));
+    let now = tally::domain::now_micros();
+    let grant = NewGrant {
+        id: tally::domain::new_id(),
+        user_id: ann.id.clone(),
+        client_id: None,
+        scopes: "access_profile".to_owned(),
+        flow: "personal",
+        created_at: now,
+    };
+    let row = NewToken {
+        digest: hex::encode(<sha2::Sha256 as sha2::Digest>::digest(legacy.as_bytes())),
+        kind: TokenKind::Access,
+        scopes: None,
+        created_at: now,
+        expires_at: now + 60_000_000,
+    };
+    app.store
+        .insert_grant_with_tokens(&grant, &[row])
+        .await
+        .unwrap();
+    let me = app.get("/me", &legacy).await.ok().clone();
+    assert_eq!(me["user"]["username"], "ann");
+
+    // The new shape: the issue time leads the random part.
+    let body = ann.token.strip_prefix("tly_at_").unwrap();
+    assert_eq!(body.len(), 14 + 64, "{}", ann.token);
+    app.get("/me", &ann.token).await.ok();
+    let earlier = format!("tly_at_{:014x}{}", 1u64, &body[14..]);
+    app.get("/me", &earlier).await.error(401, "invalid_token");
+    assert!(credentials::digest(&ann.token).starts_with(&body[..14]));
 }
