@@ -626,6 +626,65 @@ mod tests {
         Ok(())
     }
 
+    /// Each statement of a refresh rotation finds its rows through an index:
+    /// none reads a whole table, whatever the number of grants and tokens
+    /// (the spend once built the list of every grant of the client).
+    #[tokio::test]
+    async fn a_rotation_reads_no_table_whole() -> anyhow::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let url = format!("sqlite://{}", dir.path().join("tally.db").display());
+        let store = SqliteStore::connect(&url).await?;
+        store.run_migrations().await?;
+        let token = crate::store::Presented {
+            digest: "digest",
+            client_id: "client",
+            now: 1,
+        };
+        let successor = |kind| crate::store::NewToken {
+            digest: format!("{kind:?}"),
+            kind,
+            scopes: None,
+            created_at: 1,
+            expires_at: 2,
+        };
+        let successors = [
+            successor(crate::store::TokenKind::Access),
+            successor(crate::store::TokenKind::Refresh),
+        ];
+        let (sql, _) = group_writes::rotation_statements(token, &successors);
+        let mut lease = store.lease().await?;
+        let mut explained = 0;
+        for statement in sql.split(';').map(str::trim) {
+            if statement.is_empty()
+                || statement.starts_with("SAVEPOINT")
+                || statement.starts_with("RELEASE")
+            {
+                continue;
+            }
+            let plan = explain(&mut lease, statement).await?;
+            for step in &plan {
+                // A scan of the successors' VALUES list is no table's.
+                let scans_a_table = step.starts_with("SCAN") && !step.ends_with("VALUES CLAUSE");
+                assert!(!scans_a_table, "{step} in {plan:?}\nof {statement}");
+            }
+            explained += 1;
+        }
+        assert_eq!(explained, 3, "the spend, the read and the insert: {sql}");
+        Ok(())
+    }
+
+    /// The steps of a statement's query plan.
+    async fn explain(
+        lease: &mut Lease<'_, Sqlite>,
+        statement: &str,
+    ) -> anyhow::Result<Vec<String>> {
+        use sqlx::Row as _;
+        let rows = sqlx::query(&format!("EXPLAIN QUERY PLAN {statement}"))
+            .fetch_all(&mut **lease)
+            .await?;
+        Ok(rows.iter().map(|row| row.get::<String, _>(3)).collect())
+    }
+
     /// The state of issue 10: SQLite rolled a transaction back by itself (as it
     /// does when a COMMIT finds the disk full), so sqlx's COMMIT and ROLLBACK
     /// both fail and the connection stays counted inside a transaction. The

@@ -507,8 +507,8 @@ impl OAuthStore for ThisStore {
         let found: Option<(String, String)> = sqlx::query_as(
             "UPDATE oauth_tokens SET revoked_at = $2 \
              WHERE digest = $1 AND revoked_at IS NULL \
-             AND ($3 IS NULL OR grant_id IN \
-                  (SELECT id FROM oauth_grants WHERE client_id = $3)) \
+             AND ($3 IS NULL OR EXISTS (SELECT 1 FROM oauth_grants g \
+                  WHERE g.id = oauth_tokens.grant_id AND g.client_id = $3)) \
              RETURNING grant_id, kind",
         )
         .bind(digest)
@@ -687,11 +687,11 @@ impl ThisStore {
                 )
                 .push_bind(now)
                 .push(
-                    " AND grant_id IN (SELECT id FROM oauth_grants \
-                     WHERE client_id = ",
+                    " AND EXISTS (SELECT 1 FROM oauth_grants g \
+                     WHERE g.id = oauth_tokens.grant_id AND g.client_id = ",
                 )
                 .push_bind(client_id.to_owned())
-                .push(" AND revoked_at IS NULL)");
+                .push(" AND g.revoked_at IS NULL)");
         };
         let successor_values = |query: &mut sqlx::QueryBuilder<'_, Db>| {
             query.push("(VALUES ");

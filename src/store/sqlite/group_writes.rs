@@ -70,6 +70,15 @@ pub(super) fn rotation(
     token: crate::store::Presented<'_>,
     successors: &[crate::store::NewToken],
 ) -> GroupWrite {
+    let (sql, params) = rotation_statements(token, successors);
+    GroupWrite::statements(sql, params)
+}
+
+/// The statements of [`rotation`] and their parameters.
+pub(super) fn rotation_statements(
+    token: crate::store::Presented<'_>,
+    successors: &[crate::store::NewToken],
+) -> (String, Vec<Value>) {
     use crate::store::payments::{prefixed, SQLITE_SAVEPOINT_CLOSE, SQLITE_SAVEPOINT_OPEN};
     // The spend and the read, the same text for every rotation: made once.
     static SPEND_AND_READ: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
@@ -77,8 +86,9 @@ pub(super) fn rotation(
             "{SQLITE_SAVEPOINT_OPEN}\
              UPDATE oauth_tokens SET used_at = $1 WHERE digest = $2 AND kind = 'refresh' \
                AND used_at IS NULL AND revoked_at IS NULL AND expires_at > $1 \
-               AND grant_id IN (SELECT id FROM oauth_grants \
-                 WHERE client_id = $3 AND revoked_at IS NULL); \
+               AND EXISTS (SELECT 1 FROM oauth_grants g \
+                 WHERE g.id = oauth_tokens.grant_id AND g.client_id = $3 \
+                   AND g.revoked_at IS NULL); \
              SELECT g.id AS grant_id, g.scopes AS grant_scopes, {} \
              FROM oauth_grants g JOIN oauth_tokens t ON t.grant_id = g.id \
              JOIN users u ON u.id = g.user_id WHERE changes() = 1 AND t.digest = $2",
@@ -120,7 +130,7 @@ pub(super) fn rotation(
         sql.push_str(") AS v WHERE changes() = 1 AND t.digest = $2");
     }
     sql.push_str(SQLITE_SAVEPOINT_CLOSE);
-    GroupWrite::statements(sql, params)
+    (sql, params)
 }
 
 /// The ids a settlement's rows name (see `settlement`).
