@@ -15,6 +15,15 @@ pub enum CredentialKind {
     ClientSecret,
 }
 
+/// The kinds whose credentials lead with their issue time (see `digest`):
+/// tokens and codes, which are made and looked up often. Client secrets are
+/// made rarely and checked against the app's row.
+const KINDS_WITH_ISSUE_TIME: [CredentialKind; 3] = [
+    CredentialKind::AccessToken,
+    CredentialKind::RefreshToken,
+    CredentialKind::AuthorizationCode,
+];
+
 impl CredentialKind {
     pub const fn prefix(self) -> &'static str {
         match self {
@@ -36,18 +45,14 @@ pub fn generate(kind: CredentialKind) -> IssuedCredential {
     let mut bytes = [0u8; 32];
     rand::rng().fill_bytes(&mut bytes);
     let random = hex::encode(bytes);
-    match kind {
-        // Tokens and codes lead with their issue time (see `digest`).
-        CredentialKind::AccessToken
-        | CredentialKind::RefreshToken
-        | CredentialKind::AuthorizationCode => {
-            let issued = crate::domain::now_micros().max(0);
-            from_secret(format!(
-                "{}{issued:0ISSUE_TIME_DIGITS$x}{random}",
-                kind.prefix()
-            ))
-        }
-        CredentialKind::ClientSecret => from_secret(format!("{}{random}", kind.prefix())),
+    if KINDS_WITH_ISSUE_TIME.contains(&kind) {
+        let issued = crate::domain::now_micros().max(0);
+        from_secret(format!(
+            "{}{issued:0ISSUE_TIME_DIGITS$x}{random}",
+            kind.prefix()
+        ))
+    } else {
+        from_secret(format!("{}{random}", kind.prefix()))
     }
 }
 
@@ -82,8 +87,9 @@ pub fn digest(secret: &str) -> String {
 
 /// The issue-time digits of a token or code that carries them.
 fn issue_time(secret: &str) -> Option<&str> {
-    let body = secret.strip_prefix("tly_")?;
-    let body = &body[body.find('_')? + 1..];
+    let body = KINDS_WITH_ISSUE_TIME
+        .iter()
+        .find_map(|kind| secret.strip_prefix(kind.prefix()))?;
     (body.len() == ISSUE_TIME_DIGITS + RANDOM_DIGITS && body.bytes().all(|b| b.is_ascii_hexdigit()))
         .then(|| &body[..ISSUE_TIME_DIGITS])
 }

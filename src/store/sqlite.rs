@@ -584,10 +584,8 @@ mod tests {
     /// of its group are written once.
     #[tokio::test]
     async fn a_write_that_fails_in_a_group_leaves_the_others_written() -> anyhow::Result<()> {
-        let dir = tempfile::tempdir()?;
-        let url = format!("sqlite://{}", dir.path().join("tally.db").display());
-        let store = std::sync::Arc::new(SqliteStore::connect(&url).await?);
-        store.run_migrations().await?;
+        let (_dir, store) = migrated_store().await?;
+        let store = std::sync::Arc::new(store);
         let insert = |keys: &'static [&'static str]| {
             let store = store.clone();
             tokio::spawn(async move {
@@ -632,10 +630,7 @@ mod tests {
     /// rotation's spend once built the list of every grant of its client).
     #[tokio::test]
     async fn the_group_writes_read_no_table_whole() -> anyhow::Result<()> {
-        let dir = tempfile::tempdir()?;
-        let url = format!("sqlite://{}", dir.path().join("tally.db").display());
-        let store = SqliteStore::connect(&url).await?;
-        store.run_migrations().await?;
+        let (_dir, store) = migrated_store().await?;
         let token = crate::store::Presented {
             digest: "digest",
             client_id: "client",
@@ -716,6 +711,16 @@ mod tests {
         Ok(())
     }
 
+    /// A store on a fresh, migrated database file in a directory of its own
+    /// (deleted with the returned guard).
+    async fn migrated_store() -> anyhow::Result<(tempfile::TempDir, SqliteStore)> {
+        let dir = tempfile::tempdir()?;
+        let url = format!("sqlite://{}", dir.path().join("tally.db").display());
+        let store = SqliteStore::connect(&url).await?;
+        store.run_migrations().await?;
+        Ok((dir, store))
+    }
+
     /// The steps of a statement's query plan.
     async fn explain(
         lease: &mut Lease<'_, Sqlite>,
@@ -734,10 +739,7 @@ mod tests {
     /// next write must get a working writer, not "non-zero transaction depth".
     #[tokio::test]
     async fn a_write_after_sqlite_rolled_back_by_itself_succeeds() -> anyhow::Result<()> {
-        let dir = tempfile::tempdir()?;
-        let url = format!("sqlite://{}", dir.path().join("tally.db").display());
-        let store = SqliteStore::connect(&url).await?;
-        store.run_migrations().await?;
+        let (_dir, store) = migrated_store().await?;
         {
             let mut tx = store.write().await?;
             sqlx::query("ROLLBACK").execute(&mut *tx).await?;
