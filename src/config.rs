@@ -67,6 +67,11 @@ pub struct Settings {
     pub api_rate_limit: NonZeroU32,
     /// OAuth endpoint requests a minute per client IP.
     pub oauth_rate_limit: NonZeroU32,
+    /// Sign-ups a minute per client IP.
+    pub signup_rate_limit: NonZeroU32,
+    /// Password checks and hashes that may wait at once (queued or being
+    /// hashed); `None`: 16 for each hashing thread.
+    pub password_queue: Option<usize>,
     /// How verification links are sent: `None` writes them to the log.
     pub smtp: Option<SmtpSettings>,
 }
@@ -226,6 +231,21 @@ impl Settings {
 
         let api_rate_limit = per_minute(&get, "TALLY_API_RATE_LIMIT", 600)?;
         let oauth_rate_limit = per_minute(&get, "TALLY_OAUTH_RATE_LIMIT", 300)?;
+        let signup_rate_limit = per_minute(&get, "TALLY_SIGNUP_RATE_LIMIT", 10)?;
+        let password_queue = match get("TALLY_PASSWORD_QUEUE") {
+            None => None,
+            Some(text) => Some(
+                text.trim()
+                    .parse::<NonZeroU32>()
+                    .map(|n| n.get() as usize)
+                    .map_err(|_| {
+                        bad(
+                            "TALLY_PASSWORD_QUEUE",
+                            format!("'{text}' is not a positive number of passwords"),
+                        )
+                    })?,
+            ),
+        };
 
         let smtp = smtp_settings(&get)?;
 
@@ -242,6 +262,8 @@ impl Settings {
             log_format,
             api_rate_limit,
             oauth_rate_limit,
+            signup_rate_limit,
+            password_queue,
             smtp,
         })
     }

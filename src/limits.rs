@@ -1,5 +1,5 @@
 //! Request rate limits (SPEC §9): per token on the REST API, per client IP on the
-//! OAuth endpoints. Counted in each instance's memory: with several instances
+//! OAuth endpoints and on sign-ups. Counted in each instance's memory: with several instances
 //! behind a balancer, a client may get up to that many times the limit.
 
 use governor::clock::{Clock, DefaultClock};
@@ -12,6 +12,7 @@ use std::time::Duration;
 pub struct RateLimits {
     api: DefaultKeyedRateLimiter<String>,
     oauth: DefaultKeyedRateLimiter<IpAddr>,
+    signup: DefaultKeyedRateLimiter<IpAddr>,
 }
 
 /// Keys seen are forgotten once their buckets are full again, whenever this many
@@ -19,10 +20,15 @@ pub struct RateLimits {
 const RETAIN_ABOVE: usize = 10_000;
 
 impl RateLimits {
-    pub fn new(api_per_minute: NonZeroU32, oauth_per_minute: NonZeroU32) -> Self {
+    pub fn new(
+        api_per_minute: NonZeroU32,
+        oauth_per_minute: NonZeroU32,
+        signup_per_minute: NonZeroU32,
+    ) -> Self {
         Self {
             api: RateLimiter::keyed(Quota::per_minute(api_per_minute)),
             oauth: RateLimiter::keyed(Quota::per_minute(oauth_per_minute)),
+            signup: RateLimiter::keyed(Quota::per_minute(signup_per_minute)),
         }
     }
 
@@ -33,6 +39,10 @@ impl RateLimits {
 
     pub fn check_oauth(&self, ip: IpAddr) -> Result<(), Duration> {
         check(&self.oauth, &ip)
+    }
+
+    pub fn check_signup(&self, ip: IpAddr) -> Result<(), Duration> {
+        check(&self.signup, &ip)
     }
 }
 

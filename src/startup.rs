@@ -118,13 +118,27 @@ impl Application {
         let secure_cookies = public_origin.starts_with("https://");
         let workers = workers::spawn(store.clone(), (&settings).into());
         let mailer = Mailer::from_settings(&settings)?;
+        let hasher = {
+            let threads = PasswordHasher::threads_for_this_machine();
+            let queue = settings
+                .password_queue
+                .unwrap_or(threads * crate::auth::password::QUEUE_PER_THREAD);
+            PasswordHasher::with_queue(threads, queue)
+        };
+        hasher
+            .register_metrics(&metrics.registry)
+            .map_err(|e| anyhow::anyhow!("cannot set up metrics: {e}"))?;
         let state = web::Data::new(AppState {
-            rate_limits: RateLimits::new(settings.api_rate_limit, settings.oauth_rate_limit),
+            rate_limits: RateLimits::new(
+                settings.api_rate_limit,
+                settings.oauth_rate_limit,
+                settings.signup_rate_limit,
+            ),
             store,
             settings: Arc::new(settings),
             public_origin: public_origin.clone(),
             secret_key,
-            hasher: PasswordHasher::new(PasswordHasher::threads_for_this_machine()),
+            hasher,
             mailer,
             grant_usage: GrantUsage::default(),
             introspection_cache: IntrospectionCache::default(),
@@ -159,7 +173,8 @@ impl Application {
                 .app_data(pages::form_config())
                 .configure(|cfg| routes(cfg, extra))
                 .default_service(web::to(pages::not_found))
-        });
+        })
+        .on_connect(pages::signin::remember_connection);
         let server = match tls {
             Some(config) => server.listen_rustls_0_23(listener, config)?,
             None => server.listen(listener)?,
@@ -204,7 +219,6 @@ fn routes(cfg: &mut web::ServiceConfig, extra_pages: pages::ExtraPages) {
         .service(
             web::scope("/v1")
                 .wrap(from_fn(api::no_store))
-                .wrap(from_fn(api::count_in_flight))
                 .service(
                     web::scope("/oauth")
                         .wrap(from_fn(oauth_rate_limit))

@@ -2,7 +2,7 @@
 //! domain types, acts, and returns a value that prints as one JSON object.
 
 use crate::accounts::{self, CreateAccountError, NewAccount};
-use crate::auth::password::PasswordHasher;
+use crate::auth::password::{PasswordHasher, Requester};
 use crate::domain::{now_micros, Amount, Email, Money, Password, Phone, Username};
 use crate::ledger;
 use crate::oauth::clients::{self, AppDetails};
@@ -111,13 +111,14 @@ pub async fn user_add(
         about: accounts::profile_text("about", input.about.as_deref(), 500).map_err(invalid)?,
         verified: input.verified,
     };
-    let user = accounts::create(store, hasher, account)
+    let user = accounts::create(store, hasher, &Requester::default(), account)
         .await
         .map_err(|e| match e {
             CreateAccountError::Taken(field) => {
                 AdminError::Conflict(format!("{field} is already taken"))
             }
             CreateAccountError::Store(e) => e.into(),
+            CreateAccountError::Busy(e) => AdminError::Unexpected(e.into()),
             CreateAccountError::Unexpected(e) => AdminError::Unexpected(e),
         })?;
     Ok(UserCreated {

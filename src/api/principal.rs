@@ -10,7 +10,7 @@ use crate::state::AppState;
 use crate::store::{TokenKind, User};
 use actix_web::dev::Payload;
 use actix_web::http::header::AUTHORIZATION;
-use actix_web::{web, FromRequest, HttpRequest};
+use actix_web::{web, FromRequest, HttpMessage, HttpRequest};
 use std::future::Future;
 use std::pin::Pin;
 
@@ -117,6 +117,9 @@ impl Principal {
             ));
         }
         state.grant_usage.record(&state.store, &active.grant_id);
+        // A real API request from here on (authenticated, its body arrived):
+        // the password hashing threads make way for it until it is answered.
+        req.extensions_mut().insert(state.hasher.api_request());
         let principal = Self {
             user: active.user,
             scopes: active.scopes,

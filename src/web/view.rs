@@ -154,6 +154,9 @@ pub enum PageError {
     UnsupportedMediaType,
     #[error("the service is unavailable; try again later")]
     Unavailable,
+    /// The password hashing queue is full (SPEC §9).
+    #[error("Too many people are signing in right now, so your password was not checked. Please try again in a few seconds.")]
+    Busy,
     #[error("something went wrong on our side")]
     Unexpected(#[source] anyhow::Error),
 }
@@ -186,7 +189,7 @@ impl ResponseError for PageError {
             Self::TooManyRequests { .. } => StatusCode::TOO_MANY_REQUESTS,
             Self::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            Self::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Unavailable | Self::Busy => StatusCode::SERVICE_UNAVAILABLE,
             Self::Unexpected(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -219,6 +222,7 @@ impl ResponseError for PageError {
             Self::TooManyRequests { .. } => "Too many attempts",
             Self::PayloadTooLarge | Self::UnsupportedMediaType => "This form cannot be accepted",
             Self::Unavailable => "Tally is unavailable",
+            Self::Busy => "Tally is busy",
             Self::Unexpected(_) => "Something went wrong",
         };
         let message = self.to_string();
@@ -236,6 +240,7 @@ impl ResponseError for PageError {
         let retry_after = match self {
             Self::TooManyRequests { retry_after_secs } => Some(*retry_after_secs),
             Self::Unavailable => Some(crate::api::UNAVAILABLE_RETRY_AFTER_SECS),
+            Self::Busy => Some(crate::auth::password::Busy::RETRY_AFTER_SECS),
             _ => None,
         };
         if let Some(secs) = retry_after {
