@@ -69,6 +69,10 @@ pub struct Settings {
     pub oauth_rate_limit: NonZeroU32,
     /// How verification links are sent: `None` writes them to the log.
     pub smtp: Option<SmtpSettings>,
+    /// How long a request's body may take to arrive after its headers:
+    /// always `state::BODY_DEADLINE` (no variable sets it); tests shorten it.
+    #[doc(hidden)]
+    pub body_deadline: Duration,
 }
 
 /// An SMTP server to send mail through (`TALLY_SMTP_URL`, `TALLY_MAIL_FROM`).
@@ -243,6 +247,7 @@ impl Settings {
             api_rate_limit,
             oauth_rate_limit,
             smtp,
+            body_deadline: crate::state::BODY_DEADLINE,
         })
     }
 
@@ -388,6 +393,7 @@ mod tests {
         assert_eq!(s.public_origin(s.listen), "http://127.0.0.1:8080");
         assert_eq!(s.settlement_delay, Duration::ZERO);
         assert_eq!(s.unclaimed_expiry, Duration::from_secs(30 * 86_400));
+        assert_eq!(s.body_deadline, Duration::from_secs(10));
         assert_eq!(s.developer_signup, DeveloperSignup::Open);
         assert!(s.smtp.is_none());
         Ok(())
