@@ -74,6 +74,10 @@ pub struct Settings {
     pub password_queue: Option<usize>,
     /// How verification links are sent: `None` writes them to the log.
     pub smtp: Option<SmtpSettings>,
+    /// How long a request's body may take to arrive after its headers:
+    /// always `state::BODY_DEADLINE` (no variable sets it); tests shorten it.
+    #[doc(hidden)]
+    pub body_deadline: Duration,
 }
 
 /// An SMTP server to send mail through (`TALLY_SMTP_URL`, `TALLY_MAIL_FROM`).
@@ -265,6 +269,7 @@ impl Settings {
             signup_rate_limit,
             password_queue,
             smtp,
+            body_deadline: crate::state::BODY_DEADLINE,
         })
     }
 
@@ -410,6 +415,7 @@ mod tests {
         assert_eq!(s.public_origin(s.listen), "http://127.0.0.1:8080");
         assert_eq!(s.settlement_delay, Duration::ZERO);
         assert_eq!(s.unclaimed_expiry, Duration::from_secs(30 * 86_400));
+        assert_eq!(s.body_deadline, Duration::from_secs(10));
         assert_eq!(s.developer_signup, DeveloperSignup::Open);
         assert!(s.smtp.is_none());
         Ok(())

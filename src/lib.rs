@@ -9,6 +9,7 @@ pub mod auth;
 pub mod config;
 pub mod demo;
 pub mod domain;
+pub mod edge;
 pub mod ledger;
 pub mod limits;
 pub mod log_throttle;

@@ -6,6 +6,7 @@ use crate::auth::password::PasswordHasher;
 use crate::auth::usage::GrantUsage;
 use crate::config::{Settings, TlsFiles};
 use crate::demo;
+use crate::edge;
 use crate::limits::RateLimits;
 use crate::mailer::Mailer;
 use crate::oauth::credentials;
@@ -163,8 +164,13 @@ impl Application {
             // Middleware registered last runs first: the access log sees the
             // request as sent (a HEAD stays HEAD in the log), and `/metrics`,
             // which the metrics middleware answers itself, is behind the HEAD rule.
+            // The edge's refusals (unknown methods, bodies too large or too
+            // slow) are counted in `/metrics`; nothing inside them, sessions
+            // included, sees a request before its body has arrived whole.
             App::new()
                 .wrap(sessions)
+                .wrap(from_fn(edge::bounded_body))
+                .wrap(from_fn(edge::known_methods))
                 .wrap(metrics.clone())
                 .wrap(from_fn(head_as_get))
                 .wrap(from_fn(telemetry::access_log))

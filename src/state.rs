@@ -15,6 +15,10 @@ use std::sync::Arc;
 /// Largest request body accepted (SPEC §9).
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
 
+/// How long after its headers a request's body must have arrived whole
+/// (SPEC §9); `Settings::body_deadline`, which tests shorten.
+pub const BODY_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// What every handler can reach.
 pub struct AppState {
     pub store: Arc<dyn Store>,

@@ -49,6 +49,13 @@ pub enum ApiError {
     IdempotencyConflict,
     #[error("the request body is larger than 64 KiB")]
     PayloadTooLarge,
+    /// The body had not arrived whole `Settings::body_deadline` after the
+    /// headers (SPEC §9).
+    #[error("the request body did not arrive in time")]
+    RequestTimeout,
+    /// A method the server knows for no resource (RFC 9110 §15.6.2).
+    #[error("this server implements no such method")]
+    MethodNotImplemented,
     #[error("send parameters as a query string, form fields or a JSON object")]
     UnsupportedMediaType,
     #[error("too many requests; retry later")]
@@ -90,6 +97,8 @@ impl ApiError {
             Self::InvalidState => "invalid_state",
             Self::IdempotencyConflict => "idempotency_conflict",
             Self::PayloadTooLarge => "payload_too_large",
+            Self::RequestTimeout => "request_timeout",
+            Self::MethodNotImplemented => "not_implemented",
             Self::UnsupportedMediaType => "unsupported_media_type",
             Self::RateLimited { .. } => "rate_limited",
             Self::Unavailable => "unavailable",
@@ -118,6 +127,8 @@ impl ResponseError for ApiError {
             Self::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             Self::InvalidState | Self::IdempotencyConflict => StatusCode::CONFLICT,
             Self::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
+            Self::MethodNotImplemented => StatusCode::NOT_IMPLEMENTED,
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             Self::Unavailable => StatusCode::SERVICE_UNAVAILABLE,

@@ -150,6 +150,12 @@ pub enum PageError {
     TooManyRequests { retry_after_secs: u64 },
     #[error("the form is larger than 64 KiB")]
     PayloadTooLarge,
+    /// The body had not arrived whole in time (SPEC §9).
+    #[error("the form did not arrive in time; send it again")]
+    RequestTimeout,
+    /// A method the server knows for no resource.
+    #[error("this server implements no such method")]
+    MethodNotImplemented,
     #[error("send the form as the page does (application/x-www-form-urlencoded)")]
     UnsupportedMediaType,
     #[error("the service is unavailable; try again later")]
@@ -188,6 +194,8 @@ impl ResponseError for PageError {
             Self::SignInRequired { .. } | Self::FormRefused { .. } => StatusCode::SEE_OTHER,
             Self::TooManyRequests { .. } => StatusCode::TOO_MANY_REQUESTS,
             Self::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
+            Self::MethodNotImplemented => StatusCode::NOT_IMPLEMENTED,
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::Unavailable | Self::Busy => StatusCode::SERVICE_UNAVAILABLE,
             Self::Unexpected(_) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -220,7 +228,10 @@ impl ResponseError for PageError {
             Self::SignInRequired { .. } => "Sign in first",
             Self::FormRefused { .. } => "This form needs changes",
             Self::TooManyRequests { .. } => "Too many attempts",
-            Self::PayloadTooLarge | Self::UnsupportedMediaType => "This form cannot be accepted",
+            Self::PayloadTooLarge | Self::UnsupportedMediaType | Self::RequestTimeout => {
+                "This form cannot be accepted"
+            }
+            Self::MethodNotImplemented => "This request cannot be served",
             Self::Unavailable => "Tally is unavailable",
             Self::Busy => "Tally is busy",
             Self::Unexpected(_) => "Something went wrong",

@@ -13,6 +13,7 @@ mod cli;
 mod concurrency;
 mod config;
 mod edge;
+mod edge_bounds;
 mod fair_hashing;
 mod faults;
 mod health;

@@ -334,6 +334,26 @@ async fn bad_authorize_requests_show_an_error_page_and_never_redirect(backend: B
                 ("redirect_uri", "https://app.example.com/callback?code=x"),
             ]),
         ),
+        (
+            "a query with a response parameter in mixed case",
+            f.authorize_url(&[
+                ("scope", "access_profile"),
+                (
+                    "redirect_uri",
+                    "https://app.example.com/callback?Access_Token=x",
+                ),
+            ]),
+        ),
+        (
+            "a query with a response parameter in upper case",
+            f.authorize_url(&[
+                ("scope", "access_profile"),
+                (
+                    "redirect_uri",
+                    "https://app.example.com/callback?x=1&STATE=x",
+                ),
+            ]),
+        ),
     ];
     let browser = Browser::new(&app.origin);
     for (case, url) in cases {

@@ -1475,7 +1475,6 @@ fn release_held(
             cents: 400,
         }],
         refund: None,
-        balance_of: None,
         skip_locked: true,
         unclaimed_only: false,
         only_if_active: None,
