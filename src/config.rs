@@ -67,6 +67,9 @@ pub struct Settings {
     pub api_rate_limit: NonZeroU32,
     /// OAuth endpoint requests a minute per client IP.
     pub oauth_rate_limit: NonZeroU32,
+    /// API requests a minute per client IP whose token is unknown, malformed
+    /// or dead.
+    pub bad_token_rate_limit: NonZeroU32,
     /// How verification links are sent: `None` writes them to the log.
     pub smtp: Option<SmtpSettings>,
 }
@@ -226,6 +229,7 @@ impl Settings {
 
         let api_rate_limit = per_minute(&get, "TALLY_API_RATE_LIMIT", 600)?;
         let oauth_rate_limit = per_minute(&get, "TALLY_OAUTH_RATE_LIMIT", 300)?;
+        let bad_token_rate_limit = per_minute(&get, "TALLY_BAD_TOKEN_RATE_LIMIT", 60)?;
 
         let smtp = smtp_settings(&get)?;
 
@@ -242,6 +246,7 @@ impl Settings {
             log_format,
             api_rate_limit,
             oauth_rate_limit,
+            bad_token_rate_limit,
             smtp,
         })
     }
@@ -437,6 +442,7 @@ mod tests {
             ("TALLY_LOG_FORMAT", "xml"),
             ("TALLY_API_RATE_LIMIT", "0"),
             ("TALLY_OAUTH_RATE_LIMIT", "lots"),
+            ("TALLY_BAD_TOKEN_RATE_LIMIT", "0"),
             ("TALLY_TLS_CERT", "/nonexistent.pem"),
             ("TALLY_SMTP_URL", "mail.example.com"),
             ("TALLY_MAIL_FROM", "tally@example.com"),

@@ -119,7 +119,11 @@ impl Application {
         let workers = workers::spawn(store.clone(), (&settings).into());
         let mailer = Mailer::from_settings(&settings)?;
         let state = web::Data::new(AppState {
-            rate_limits: RateLimits::new(settings.api_rate_limit, settings.oauth_rate_limit),
+            rate_limits: RateLimits::new(
+                settings.api_rate_limit,
+                settings.oauth_rate_limit,
+                settings.bad_token_rate_limit,
+            ),
             store,
             settings: Arc::new(settings),
             public_origin: public_origin.clone(),

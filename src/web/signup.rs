@@ -2,7 +2,7 @@
 
 use super::forms::{self, sentence, FormState, PageForm, PageQuery};
 use super::session::{self, CurrentUser, Page, SignedIn};
-use super::signin::limit_per_address;
+use super::signin::{client_ip, limit_per_address};
 use super::view::{links_message, page, see_other, LinksWording, PageError};
 use crate::accounts::{self, CreateAccountError, NewAccount};
 use crate::domain::{Email, Password, Phone, Username};
@@ -162,7 +162,7 @@ pub async fn submit(
         Err(CreateAccountError::Unexpected(e)) => return Err(PageError::Unexpected(e)),
     };
     session::sign_in(&session, &user.id)?;
-    let links = send_links(&state, &user).await;
+    let links = send_links(&req, &state, &user).await;
     let sent = format!(
         "Welcome to Tally! We sent a verification link to {}. Open it to verify your account.",
         user.email.as_deref().unwrap_or("your address")
@@ -239,12 +239,13 @@ pub async fn verify(
     Ok(see_other("/verify"))
 }
 
-async fn send_links(state: &AppState, user: &User) -> Links {
+async fn send_links(req: &HttpRequest, state: &AppState, user: &User) -> Links {
     verification::send_links(
         state.store.as_ref(),
         &state.mailer,
         &state.public_origin,
         user,
+        client_ip(req),
     )
     .await
 }
@@ -256,7 +257,7 @@ pub async fn resend(
     SignedIn(user): SignedIn,
 ) -> Result<HttpResponse, PageError> {
     limit_per_address(&req, &state)?;
-    let links = send_links(&state, &user).await;
+    let links = send_links(&req, &state, &user).await;
     let wording = LinksWording {
         nothing_to_send: "Your account is already verified.",
         sent: "We sent a new verification link.",
