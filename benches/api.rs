@@ -410,9 +410,6 @@ async fn seed(url: &DatabaseUrl) -> Seeded {
     let payee = user(store, &hasher, &format!("payee{suffix}")).await;
     admin::deposit(store, &payer_name, "1000000").await.unwrap();
     let scopes = ScopeSet::parse("access_profile access_balance make_payments").unwrap();
-    let token = oauth::tokens::issue_personal_access_token(store, &payer, &scopes)
-        .await
-        .unwrap();
     let app = admin::app_add(
         store,
         admin::AppAdd {
@@ -422,6 +419,18 @@ async fn seed(url: &DatabaseUrl) -> Seeded {
             description: None,
             site_url: None,
         },
+    )
+    .await
+    .unwrap();
+    // The app's own token: introspection answers an app about its own tokens
+    // only (SPEC §6).
+    let token = oauth::tokens::issue_access_token(
+        store,
+        &payer,
+        Some(&app.client_id),
+        &scopes,
+        "code",
+        oauth::tokens::SERVER_SIDE_TTL,
     )
     .await
     .unwrap();

@@ -160,7 +160,8 @@ pub enum ChangeContactsError {
 /// A request to change an account's e-mail address and phone number.
 pub struct ContactChange<'a> {
     pub user: &'a User,
-    /// Where the request comes from, for the password throttle.
+    /// Where the request comes from, for the password throttle and the
+    /// limit on verification sends.
     pub from: IpAddr,
     pub requester: Requester,
     pub password: &'a str,
@@ -230,7 +231,7 @@ pub async fn change_contacts(
         Err(StoreError::Conflict(field)) => return Err(ChangeContactsError::Taken(field)),
         Err(other) => return Err(other.into()),
     };
-    let links = verification::send_links(store, mailer, public_origin, &updated).await;
+    let links = verification::send_links(store, mailer, public_origin, &updated, change.from).await;
     Ok(ContactsChanged::Saved(links))
 }
 

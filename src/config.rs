@@ -72,6 +72,9 @@ pub struct Settings {
     /// Password checks and hashes that may wait at once (queued or being
     /// hashed); `None`: 16 for each hashing thread.
     pub password_queue: Option<usize>,
+    /// API requests a minute per client IP whose token is unknown, malformed
+    /// or dead.
+    pub bad_token_rate_limit: NonZeroU32,
     /// How verification links are sent: `None` writes them to the log.
     pub smtp: Option<SmtpSettings>,
     /// How long a request's body may take to arrive after its headers:
@@ -250,6 +253,7 @@ impl Settings {
                     })?,
             ),
         };
+        let bad_token_rate_limit = per_minute(&get, "TALLY_BAD_TOKEN_RATE_LIMIT", 60)?;
 
         let smtp = smtp_settings(&get)?;
 
@@ -268,6 +272,7 @@ impl Settings {
             oauth_rate_limit,
             signup_rate_limit,
             password_queue,
+            bad_token_rate_limit,
             smtp,
             body_deadline: crate::state::BODY_DEADLINE,
         })
@@ -465,6 +470,7 @@ mod tests {
             ("TALLY_LOG_FORMAT", "xml"),
             ("TALLY_API_RATE_LIMIT", "0"),
             ("TALLY_OAUTH_RATE_LIMIT", "lots"),
+            ("TALLY_BAD_TOKEN_RATE_LIMIT", "0"),
             ("TALLY_TLS_CERT", "/nonexistent.pem"),
             ("TALLY_SMTP_URL", "mail.example.com"),
             ("TALLY_MAIL_FROM", "tally@example.com"),

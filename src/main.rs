@@ -89,6 +89,21 @@ enum AppCommand {
     Suspend { client_id: String },
     /// Lift an app's suspension.
     Unsuspend { client_id: String },
+    /// Change an app's settings.
+    Set(AppSet),
+}
+
+#[derive(Args)]
+#[command(group(clap::ArgGroup::new("setting").required(true)))]
+struct AppSet {
+    client_id: String,
+    /// Make the app a resource server: introspection answers it about tokens
+    /// issued to any app, not only its own.
+    #[arg(long, group = "setting")]
+    introspect_any: bool,
+    /// Introspection answers the app about its own tokens only (the default).
+    #[arg(long, group = "setting")]
+    no_introspect_any: bool,
 }
 
 #[derive(Subcommand)]
@@ -111,6 +126,10 @@ impl From<AdminCommand> for Admin {
             AdminCommand::App(AppCommand::Unsuspend { client_id }) => {
                 Admin::AppUnsuspend(client_id)
             }
+            AdminCommand::App(AppCommand::Set(set)) => Admin::AppSetIntrospectAny {
+                client_id: set.client_id,
+                introspect_any: set.introspect_any && !set.no_introspect_any,
+            },
             AdminCommand::Deposit { username, amount } => Admin::Deposit { username, amount },
             AdminCommand::Friend(FriendCommand::Add { first, second }) => {
                 Admin::FriendAdd(first, second)

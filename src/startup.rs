@@ -134,6 +134,7 @@ impl Application {
                 settings.api_rate_limit,
                 settings.oauth_rate_limit,
                 settings.signup_rate_limit,
+                settings.bad_token_rate_limit,
             ),
             store,
             settings: Arc::new(settings),

@@ -24,6 +24,11 @@ pub enum Command {
     AppAdd(AppAdd),
     AppSuspend(String),
     AppUnsuspend(String),
+    /// Whether the app may introspect tokens issued to any app.
+    AppSetIntrospectAny {
+        client_id: String,
+        introspect_any: bool,
+    },
     Deposit {
         username: String,
         /// Decimal dollars, as typed.
@@ -66,6 +71,14 @@ pub async fn run(settings: &Settings, json: bool, command: Command) -> ExitCode 
         }),
         Command::AppSuspend(client_id) => app_suspend(json, store, &client_id, true).await,
         Command::AppUnsuspend(client_id) => app_suspend(json, store, &client_id, false).await,
+        Command::AppSetIntrospectAny {
+            client_id,
+            introspect_any,
+        } => report(
+            json,
+            operations::app_set(store, &client_id, introspect_any).await,
+            |a| format!("{}: introspect_any={}", a.client_id, a.introspect_any),
+        ),
         Command::Deposit { username, amount } => report(
             json,
             operations::deposit(store, &username, &amount).await,

@@ -223,6 +223,29 @@ pub async fn app_suspend(
         .ok_or_else(|| AdminError::UnknownApp(client_id.to_owned()))
 }
 
+/// What `admin app set` changed, as it stands now.
+#[derive(Debug, Serialize)]
+pub struct AppSettings {
+    pub client_id: String,
+    /// A resource server: introspection answers it about any app's tokens.
+    pub introspect_any: bool,
+}
+
+pub async fn app_set(
+    store: &dyn Store,
+    client_id: &str,
+    introspect_any: bool,
+) -> Result<AppSettings, AdminError> {
+    store
+        .set_app_introspect_any(client_id.trim(), introspect_any)
+        .await?
+        .map(|app| AppSettings {
+            client_id: app.client_id,
+            introspect_any: app.introspect_any,
+        })
+        .ok_or_else(|| AdminError::UnknownApp(client_id.to_owned()))
+}
+
 #[derive(Debug, Serialize)]
 pub struct Deposited {
     pub username: String,

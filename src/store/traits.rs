@@ -7,7 +7,7 @@ use super::{
     App, AppUpdate, AuditChunk, AuditSnapshot, CodeCheck, CodeUse, Consent, ConsentRow, DuePayment,
     IdempotencyKey, InsertOutcome, IntrospectingClient, Movement, NewApp, NewCode, NewGrant,
     NewReveal, NewToken, NewUser, NewVerification, Payment, PaymentFilter, PaymentInsert,
-    PersonalToken, Presented, ProfileUpdate, RefreshUse, Retention, SendLimits, Settlement,
+    PersonalToken, Presented, ProfileUpdate, RefreshUse, Retention, SendCount, Settlement,
     SigninDecision, StoreError, StoredIdempotencyKey, TokenRecord, Transition, TransitionOutcome,
     User, UserFlags, UserSearch,
 };
@@ -138,14 +138,15 @@ pub trait AccountStore: Send + Sync {
     /// expired, or its address is no longer the account's.
     async fn use_verification(&self, digest: &str, now: i64) -> Result<Option<User>, StoreError>;
 
-    /// Records a verification send to `address` at `now` if `limits` allow it;
-    /// otherwise `Err(moment)`, the first moment a send is allowed again.
-    /// Atomic across instances: racing callers cannot both pass a limit.
+    /// Records a verification send at `now` under each of `counts` if every
+    /// one's limits allow it; otherwise records nothing and answers
+    /// `Err(moment)`, the latest of the refusing keys' first moments a send is
+    /// allowed again. Atomic across instances: racing callers cannot both
+    /// pass a limit.
     async fn reserve_verification_send(
         &self,
-        address: &str,
+        counts: &[SendCount<'_>],
         now: i64,
-        limits: SendLimits,
     ) -> Result<Result<(), i64>, StoreError>;
 
     /// Admits a sign-in attempt: with each key locked (so parallel attempts
@@ -195,6 +196,14 @@ pub trait OAuthStore: Send + Sync {
         &self,
         client_id: &str,
         suspended: bool,
+    ) -> Result<Option<App>, StoreError>;
+
+    /// Makes an app a resource server that may introspect any app's tokens,
+    /// or not; `None` for an unknown app.
+    async fn set_app_introspect_any(
+        &self,
+        client_id: &str,
+        introspect_any: bool,
     ) -> Result<Option<App>, StoreError>;
 
     async fn apps_of_owner(&self, owner_id: &str) -> Result<Vec<App>, StoreError>;

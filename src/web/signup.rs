@@ -175,7 +175,7 @@ pub async fn submit(
         Err(CreateAccountError::Unexpected(e)) => return Err(PageError::Unexpected(e)),
     };
     session::sign_in(&session, &user.id)?;
-    let links = send_links(&state, &user).await;
+    let links = send_links(&req, &state, &user).await;
     let sent = format!(
         "Welcome to Tally! We sent a verification link to {}. Open it to verify your account.",
         user.email.as_deref().unwrap_or("your address")
@@ -252,12 +252,13 @@ pub async fn verify(
     Ok(see_other("/verify"))
 }
 
-async fn send_links(state: &AppState, user: &User) -> Links {
+async fn send_links(req: &HttpRequest, state: &AppState, user: &User) -> Links {
     verification::send_links(
         state.store.as_ref(),
         &state.mailer,
         &state.public_origin,
         user,
+        client_ip(req),
     )
     .await
 }
@@ -269,7 +270,7 @@ pub async fn resend(
     SignedIn(user): SignedIn,
 ) -> Result<HttpResponse, PageError> {
     limit_per_address(&req, &state)?;
-    let links = send_links(&state, &user).await;
+    let links = send_links(&req, &state, &user).await;
     let wording = LinksWording {
         nothing_to_send: "Your account is already verified.",
         sent: "We sent a new verification link.",

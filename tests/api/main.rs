@@ -9,6 +9,7 @@ mod helpers;
 mod mail_sink;
 mod oauth_fixture;
 
+mod abuse_limits;
 mod cli;
 mod concurrency;
 mod config;

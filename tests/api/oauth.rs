@@ -904,7 +904,12 @@ async fn tokens_of_suspended_users_and_apps_stop_working(backend: Backend) {
     let store = app.store.as_ref();
     let tokens = code_tokens(&app, &f).await;
     let access = tokens["access_token"].as_str().unwrap();
+    // A resource server, which learns about other apps' tokens (SPEC §6),
+    // so it can ask after this app is suspended.
     let other = fixture(&app).await;
+    tally::admin::app_set(store, &other.client_id, true)
+        .await
+        .unwrap();
     let ask = |token: String| {
         let app_http = app.http.clone();
         let url = app.url("/v1/oauth/introspect");
@@ -1475,6 +1480,10 @@ async fn a_revocation_on_one_instance_is_seen_by_another_within_a_second() {
     };
     let f = fixture(&app).await;
     let caller = fixture(&app).await;
+    // A resource server: it learns about other apps' tokens (SPEC §6).
+    tally::admin::app_set(store.as_ref(), &caller.client_id, true)
+        .await
+        .unwrap();
     let scopes = tally::domain::ScopeSet::parse("access_profile").unwrap();
     let personal =
         tally::oauth::tokens::issue_personal_access_token(store.as_ref(), &f.user_id, &scopes)

@@ -691,6 +691,14 @@ async fn personal_access_tokens_are_shown_once_and_revocable_from_the_account_pa
     let token = secret_on(&page, "personal-token").expect("the token is shown");
     assert!(token.starts_with("tly_at_"));
     assert!(secret_on(&browser.get("/developer").await, "personal-token").is_none());
+    // A personal token is no app's: only a resource server learns about it.
+    assert_eq!(
+        introspect(&app, &f, &token).await,
+        serde_json::json!({"active": false})
+    );
+    tally::admin::app_set(app.store.as_ref(), &f.client_id, true)
+        .await
+        .unwrap();
     let active = introspect(&app, &f, &token).await;
     assert_eq!(active["active"], true);
     assert_eq!(active["client_id"], Value::Null);
