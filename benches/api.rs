@@ -393,6 +393,8 @@ async fn start_tally(url: &DatabaseUrl) -> (String, Arc<dyn Store>) {
     settings.api_rate_limit = std::num::NonZeroU32::MAX;
     settings.oauth_rate_limit = std::num::NonZeroU32::MAX;
     settings.database_url = url.clone();
+    // Required on PostgreSQL (SQLite makes a key file beside its database).
+    settings.secret_key = Some("tally-bench-secret-key-0123456789abcdef0123456789".into());
     let store = startup::open_store(&settings).await.unwrap();
     let app = Application::build(settings, store.clone()).await.unwrap();
     let origin = app.public_origin().to_owned();

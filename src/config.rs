@@ -31,6 +31,9 @@ impl DatabaseUrl {
     }
 }
 
+/// The shortest `TALLY_SECRET_KEY` (or key file) taken.
+pub const SECRET_KEY_MIN_CHARS: usize = 32;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DeveloperSignup {
     Open,
@@ -56,7 +59,8 @@ pub struct Settings {
     /// The origin clients see; `None` means `http(s)://` + the bound address.
     pub public_url: Option<Url>,
     pub tls: Option<TlsFiles>,
-    /// When unset, a key is generated and kept in the database on first start.
+    /// When unset: on SQLite the key file beside the database, made on the
+    /// first start; on PostgreSQL the start is refused (see `secret_key.rs`).
     pub secret_key: Option<SecretString>,
     pub settlement_delay: Duration,
     pub unclaimed_expiry: Duration,
@@ -183,10 +187,10 @@ impl Settings {
             .transpose()?;
 
         let secret_key = match get("TALLY_SECRET_KEY") {
-            Some(key) if key.len() < 32 => {
+            Some(key) if key.len() < SECRET_KEY_MIN_CHARS => {
                 return Err(bad(
                     "TALLY_SECRET_KEY",
-                    "must be at least 32 characters long".into(),
+                    format!("must be at least {SECRET_KEY_MIN_CHARS} characters long"),
                 ))
             }
             Some(key) => Some(SecretString::from(key)),

@@ -16,6 +16,7 @@ pub mod log_throttle;
 pub mod mailer;
 pub mod oauth;
 pub mod scheduling;
+pub mod secret_key;
 pub mod startup;
 pub mod state;
 pub mod store;

@@ -9,7 +9,6 @@ use crate::demo;
 use crate::edge;
 use crate::limits::RateLimits;
 use crate::mailer::Mailer;
-use crate::oauth::credentials;
 use crate::oauth::introspection_cache::{ClientCache, IntrospectionCache, TokenCache};
 use crate::state::{AppState, MAX_BODY_BYTES};
 use crate::store::{self, Store};
@@ -65,20 +64,14 @@ pub async fn serve(settings: Settings, with_demo: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The key that signs cookies and CSRF tokens: the configured one, or the one
-/// generated on the first start and kept in the database, so every instance of a
-/// deployment shares it.
+/// The key that signs cookies and CSRF tokens: `TALLY_SECRET_KEY`, or on
+/// SQLite the key file beside the database; never one kept in the database
+/// (see `secret_key.rs`, which also moves out a key an older version kept there).
 pub async fn resolve_secret_key(
     settings: &Settings,
     store: &dyn Store,
 ) -> anyhow::Result<SecretString> {
-    if let Some(key) = &settings.secret_key {
-        return Ok(key.clone());
-    }
-    let key = store
-        .server_setting_or_insert("secret_key", &credentials::random_hex(32))
-        .await?;
-    Ok(SecretString::from(key))
+    crate::secret_key::resolve(settings, store).await
 }
 
 pub struct Application {

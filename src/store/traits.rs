@@ -61,12 +61,25 @@ pub trait Store:
     fn revocation_epoch(&self) -> u64;
 
     /// Returns the stored value of a server setting, storing `candidate` first if
-    /// there is none yet. Racing callers all get the one value that won.
+    /// there is none yet. Racing callers all get the one value that won. Never
+    /// for a secret: a copy of the database must yield no usable credential.
     async fn server_setting_or_insert(
         &self,
         key: &str,
         candidate: &str,
     ) -> Result<String, StoreError>;
+
+    /// The stored value of a server setting, if any.
+    async fn server_setting(&self, key: &str) -> Result<Option<String>, StoreError>;
+
+    /// Deletes a server setting and then, when there was one, erases what the
+    /// deleted row leaves in the database's files, so that a copy of the
+    /// database made afterwards holds no trace of it: SQLite rebuilds the
+    /// database file (`VACUUM`, the time of a full copy) and empties its WAL;
+    /// PostgreSQL rewrites the table (`VACUUM FULL server_settings`, skipped
+    /// with a warning by PostgreSQL when the role does not own it; the server's
+    /// own write-ahead log is out of reach). Whether there was one.
+    async fn forget_server_setting(&self, key: &str) -> Result<bool, StoreError>;
 
     /// Deletes every row the retention rules no longer need; how many.
     async fn purge(&self, retention: &Retention) -> Result<u64, StoreError>;

@@ -26,6 +26,7 @@ mod pages_guard;
 mod pages_hardening;
 mod payments_api;
 mod real_browser;
+mod secret_key;
 mod signin_load;
 mod store_conformance;
 mod users_api;
