@@ -15,7 +15,6 @@ pub mod limits;
 pub mod log_throttle;
 pub mod mailer;
 pub mod oauth;
-pub mod scheduling;
 pub mod secret_key;
 pub mod startup;
 pub mod state;

@@ -9,19 +9,20 @@
 //!   is dropped, not computed.
 //! - It always gets a share of the CPU. The threads run at normal priority, so
 //!   anything else on the machine (other processes included) shares the CPU
-//!   with them fairly. While real API requests are in flight (authenticated,
-//!   their body arrived: see [`PasswordHasher::api_request`]), each thread
-//!   rests after a hash [`REST_PER_HASH`] times as long as the hash took, so the
-//!   API keeps most of the CPU and hashing still goes on at a steady pace.
-//!   Anonymous clients, and requests whose body is still arriving, cannot slow
-//!   it. The choice and its measurements: docs/decisions (hashing threads).
+//!   with them fairly. While the API is busy with real requests
+//!   (authenticated, their body arrived: see [`PasswordHasher::api_request`]),
+//!   each thread rests after a hash [`REST_PER_HASH`] times the CPU time the
+//!   hash took, so the API keeps most of the CPU and hashing still goes on at
+//!   a steady pace. Anonymous clients, and requests whose body is still
+//!   arriving, cannot slow it. The choice and its measurements:
+//!   docs/decisions/006-password-hashing-threads.md.
 
 use crate::domain::Password;
 use argon2::password_hash::{rand_core::OsRng, PasswordHash, SaltString};
 use argon2::{Algorithm, Argon2, Params, PasswordHasher as _, PasswordVerifier as _, Version};
 use prometheus::{IntCounter, IntGauge, Registry};
 use std::os::fd::OwnedFd;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
@@ -276,11 +277,30 @@ pub struct PasswordHasher {
     api: Arc<ApiActivity>,
 }
 
-/// The real API requests in flight, which the hashing threads make way for
-/// (also a gauge of `/metrics`).
+/// The real API requests, which the hashing threads make way for.
 struct ApiActivity {
+    /// Those in flight (also a gauge of `/metrics`).
     in_flight: IntGauge,
+    /// When the last one ended, in microseconds since `epoch`.
+    last_ended: AtomicU64,
+    epoch: Instant,
 }
+
+impl ApiActivity {
+    /// The API is busy while a real request is in flight, and for a moment
+    /// after one ended: a loaded API is idle between two requests now and then,
+    /// and a rest cut short at each such moment is no rest.
+    fn busy(&self, now: Instant) -> bool {
+        if self.in_flight.get() > 0 {
+            return true;
+        }
+        let last_ended = Duration::from_micros(self.last_ended.load(Ordering::Relaxed));
+        now.saturating_duration_since(self.epoch + last_ended) < API_QUIET_AFTER
+    }
+}
+
+/// How long after its last real request the API counts as quiet.
+const API_QUIET_AFTER: Duration = Duration::from_millis(50);
 
 /// A real API request in flight (see [`PasswordHasher::api_request`]); it
 /// counts until dropped, also when its request is cancelled.
@@ -288,15 +308,22 @@ pub struct ApiRequest(Arc<ApiActivity>);
 
 impl Drop for ApiRequest {
     fn drop(&mut self) {
-        self.0.in_flight.dec();
+        let activity = &self.0;
+        let since_epoch = activity.epoch.elapsed().as_micros();
+        activity.last_ended.store(
+            u64::try_from(since_epoch).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
+        activity.in_flight.dec();
     }
 }
 
-/// While real API requests are in flight, a hashing thread rests after a hash
-/// `REST_PER_HASH` times as long as the hash took (so hashing takes at most a
-/// fifth of a core), but never longer than `LONGEST_REST`; it starts at once
-/// when the API goes quiet.
-pub const REST_PER_HASH: u32 = 4;
+/// While the API is busy with real requests, a hashing thread rests after a
+/// hash `REST_PER_HASH` times the CPU time the hash took (so hashing takes at
+/// most a ninth of a core), but never longer than `LONGEST_REST`; it starts
+/// again as soon as the API goes quiet. The choice of the ratio, by
+/// measurement: docs/decisions/006-password-hashing-threads.md.
+pub const REST_PER_HASH: u32 = 8;
 const LONGEST_REST: Duration = Duration::from_secs(1);
 /// How often a resting thread looks whether the API went quiet.
 const REST_POLL: Duration = Duration::from_millis(5);
@@ -311,12 +338,10 @@ struct Pace {
 }
 
 impl Pace {
-    fn hashed(&mut self, started: Instant, ended: Instant) {
-        let per: u32 = std::env::var("TALLY_EXP_REST")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(REST_PER_HASH);
-        let rest = (ended - started).saturating_mul(per).min(LONGEST_REST);
+    /// A hash ended at `ended`, having taken `cpu` of this thread's CPU time
+    /// (not the time it waited for a CPU: that was the API's already).
+    fn hashed(&mut self, cpu: Duration, ended: Instant) {
+        let rest = cpu.saturating_mul(REST_PER_HASH).min(LONGEST_REST);
         self.rest_until = Some(ended + rest);
     }
 
@@ -345,6 +370,8 @@ impl PasswordHasher {
         let metrics = HashingMetrics::new();
         let api = Arc::new(ApiActivity {
             in_flight: metrics.api_in_flight.clone(),
+            last_ended: AtomicU64::new(0),
+            epoch: Instant::now(),
         });
         for n in 0..threads.max(1) {
             let (received, api, metrics) = (received.clone(), api.clone(), metrics.clone());
@@ -413,19 +440,21 @@ impl PasswordHasher {
     }
 }
 
+/// The CPU time the calling thread has used.
+fn thread_cpu_time() -> Duration {
+    let spent = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+    Duration::new(
+        u64::try_from(spent.tv_sec).unwrap_or(0),
+        u32::try_from(spent.tv_nsec).unwrap_or(0),
+    )
+}
+
 /// A hashing thread: takes jobs, rests ([`Pace`]), hashes, and answers.
 fn run_hashing_thread(
     received: &Mutex<mpsc::Receiver<Job>>,
     api: &ApiActivity,
     metrics: &HashingMetrics,
 ) {
-    if let Some(nice) = std::env::var("TALLY_EXP_NICE")
-        .ok()
-        .and_then(|v| v.parse().ok())
-    {
-        let me = rustix::thread::gettid();
-        let _ = rustix::process::setpriority_process(Some(me), nice);
-    }
     let mut pace = Pace::default();
     loop {
         let job = match received.lock() {
@@ -433,19 +462,31 @@ fn run_hashing_thread(
             Err(_) => return,
         };
         let Ok(job) = job else { return };
-        while let Some(left) = pace.rest_left(Instant::now(), api.in_flight.get() > 0) {
+        while let Some(left) = {
+            let now = Instant::now();
+            pace.rest_left(now, api.busy(now))
+        } {
             std::thread::sleep(left.min(REST_POLL));
         }
-        if job.work.abandoned() || job.requester.gone() {
+        let Job {
+            work,
+            requester,
+            _place: place,
+        } = job;
+        if work.abandoned() || requester.gone() {
             metrics.abandoned.inc();
             continue;
         }
         metrics.computed.inc();
-        let started = Instant::now();
-        match job.work {
+        let started = thread_cpu_time();
+        // The place is given back before the answer goes out, so that the
+        // requester's next job finds it free.
+        match work {
             Work::Hash { password, answer } => {
+                let hashed = hash_phc(password.as_bytes());
+                drop(place);
                 // The asker may have gone since: nothing to do.
-                let _ = answer.send(hash_phc(password.as_bytes()));
+                let _ = answer.send(hashed);
             }
             Work::Verify {
                 stored,
@@ -453,10 +494,12 @@ fn run_hashing_thread(
                 answer,
             } => {
                 let stored = stored.as_deref().unwrap_or_else(|| dummy_hash());
-                let _ = answer.send(verify_phc(stored, candidate.as_bytes()));
+                let matched = verify_phc(stored, candidate.as_bytes());
+                drop(place);
+                let _ = answer.send(matched);
             }
         }
-        pace.hashed(started, Instant::now());
+        pace.hashed(thread_cpu_time().saturating_sub(started), Instant::now());
     }
 }
 
@@ -470,14 +513,17 @@ mod tests {
         let ms = Duration::from_millis;
         let mut pace = Pace::default();
         assert_eq!(pace.rest_left(start, true), None, "no hash yet");
-        pace.hashed(start, start + ms(40));
+        pace.hashed(ms(40), start + ms(40));
         let after = start + ms(40);
-        assert_eq!(pace.rest_left(after, true), Some(ms(160)));
-        assert_eq!(pace.rest_left(after + ms(100), true), Some(ms(60)));
+        assert_eq!(pace.rest_left(after, true), Some(ms(320)));
+        assert_eq!(pace.rest_left(after + ms(300), true), Some(ms(20)));
         assert_eq!(pace.rest_left(after, false), None, "the API is quiet");
-        assert_eq!(pace.rest_left(after + ms(160), true), None, "rested");
-        // A hash that took long (preempted again and again) rests a second.
-        pace.hashed(start, start + ms(500));
+        assert_eq!(pace.rest_left(after + ms(320), true), None, "rested");
+        // The rest follows the CPU time a hash took, not the time it waited
+        // for a CPU (which the API had), and is at most a second.
+        pace.hashed(ms(30), start + ms(500));
+        assert_eq!(pace.rest_left(start + ms(500), true), Some(ms(240)));
+        pace.hashed(ms(400), start + ms(500));
         assert_eq!(pace.rest_left(start + ms(500), true), Some(LONGEST_REST));
     }
 
@@ -492,6 +538,12 @@ mod tests {
         assert_eq!(in_flight(), 1);
         drop(second);
         assert_eq!(in_flight(), 0);
+        // Busy for a moment after the last one ended, then quiet.
+        let ended = Instant::now();
+        assert!(hasher.api.busy(ended));
+        assert!(!hasher
+            .api
+            .busy(ended + API_QUIET_AFTER + Duration::from_millis(5)));
     }
 
     #[tokio::test]

@@ -46,6 +46,9 @@ pub async fn spawn_with(backend: Backend, signup: DeveloperSignup) -> Option<(Te
     let url = sink.url.clone();
     let app = TestApp::spawn_with(backend, move |settings| {
         settings.developer_signup = signup;
+        // The page tests sign many people up from one address; the limit
+        // itself is tested on its own (`fair_hashing`).
+        settings.signup_rate_limit = std::num::NonZeroU32::new(100_000).unwrap();
         settings.smtp = Some(SmtpSettings {
             url: url.into(),
             from: "Tally <no-reply@example.com>".parse().unwrap(),
