@@ -1,5 +1,5 @@
 //! The rules every request meets before it is routed (SPEC §9): a method the
-//! server does not know is answered 501 at once, and a body is bounded in size
+//! server does not know is answered 405 at once, and a body is bounded in size
 //! (64 KiB: a larger `Content-Length` is refused before a byte of the body is
 //! read) and in time (it must have arrived `Settings::body_deadline` after the
 //! headers, or the answer is 408 and the connection is closed). A handler, the
@@ -26,7 +26,7 @@ use std::task::{Context, Poll};
 use tokio::time::Instant;
 
 /// The methods the server knows (RFC 9110 §9 and PATCH, RFC 5789). Any other is
-/// answered 501 before routing and counted in `/metrics` under
+/// answered 405 before routing and counted in `/metrics` under
 /// [`OTHER_METHOD`], so no client can add a label value.
 const KNOWN_METHODS: [Method; 9] = [
     Method::GET,
@@ -43,6 +43,10 @@ const KNOWN_METHODS: [Method; 9] = [
 /// The method label of every request whose method the server does not know.
 pub const OTHER_METHOD: &str = "OTHER";
 
+/// What an unknown method's 405 names in `Allow` (RFC 9110 §15.5.6): every
+/// method some route of the server takes.
+pub const SERVED_METHODS: &str = "GET, HEAD, POST, PUT, DELETE";
+
 /// Why a request is answered at the edge.
 #[derive(Debug)]
 enum Refusal {
@@ -52,8 +56,9 @@ enum Refusal {
     Unreadable(PayloadError),
 }
 
-/// A method the server does not know is 501 Not Implemented (RFC 9110
-/// §15.6.2: the server does not support it for any resource), and is
+/// A method the server does not know is 405 with `Allow` (SPEC §9 allows 405
+/// or 501; schema fuzzers and clients expect 405 for a method a resource does
+/// not take), and is
 /// renamed [`OTHER_METHOD`] first, so the metrics middleware, which reads the
 /// method when the answer is made, labels it with that one name.
 pub async fn known_methods<B: MessageBody + 'static>(
@@ -175,7 +180,9 @@ fn refuse<B>(
     let oauth_page = path.starts_with("/v1/oauth/") && path.ends_with("/authorize");
     let oauth_json = req.method() == Method::POST && path.starts_with("/v1/oauth/") && !oauth_page;
     let api_error = || match &refusal {
-        Refusal::UnknownMethod => ApiError::MethodNotImplemented,
+        Refusal::UnknownMethod => ApiError::MethodNotAllowed {
+            allow: SERVED_METHODS.to_owned(),
+        },
         Refusal::TooLarge => ApiError::PayloadTooLarge,
         Refusal::TooSlow => ApiError::RequestTimeout,
         Refusal::Unreadable(error) => {
@@ -188,7 +195,7 @@ fn refuse<B>(
         api_error().error_response()
     } else {
         match &refusal {
-            Refusal::UnknownMethod => PageError::MethodNotImplemented,
+            Refusal::UnknownMethod => PageError::UnknownMethod,
             Refusal::TooLarge => PageError::PayloadTooLarge,
             Refusal::TooSlow => PageError::RequestTimeout,
             Refusal::Unreadable(error) => {

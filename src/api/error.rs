@@ -53,9 +53,6 @@ pub enum ApiError {
     /// headers (SPEC §9).
     #[error("the request body did not arrive in time")]
     RequestTimeout,
-    /// A method the server knows for no resource (RFC 9110 §15.6.2).
-    #[error("this server implements no such method")]
-    MethodNotImplemented,
     #[error("send parameters as a query string, form fields or a JSON object")]
     UnsupportedMediaType,
     #[error("too many requests; retry later")]
@@ -98,7 +95,6 @@ impl ApiError {
             Self::IdempotencyConflict => "idempotency_conflict",
             Self::PayloadTooLarge => "payload_too_large",
             Self::RequestTimeout => "request_timeout",
-            Self::MethodNotImplemented => "not_implemented",
             Self::UnsupportedMediaType => "unsupported_media_type",
             Self::RateLimited { .. } => "rate_limited",
             Self::Unavailable => "unavailable",
@@ -128,7 +124,6 @@ impl ResponseError for ApiError {
             Self::InvalidState | Self::IdempotencyConflict => StatusCode::CONFLICT,
             Self::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             Self::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
-            Self::MethodNotImplemented => StatusCode::NOT_IMPLEMENTED,
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             Self::Unavailable => StatusCode::SERVICE_UNAVAILABLE,

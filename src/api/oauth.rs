@@ -52,7 +52,7 @@ impl OAuthError {
             ApiError::PayloadTooLarge
             | ApiError::UnsupportedMediaType
             | ApiError::RequestTimeout
-            | ApiError::MethodNotImplemented => error.status_code(),
+            | ApiError::MethodNotAllowed { .. } => error.status_code(),
             _ => StatusCode::BAD_REQUEST,
         };
         Self {

@@ -153,9 +153,10 @@ pub enum PageError {
     /// The body had not arrived whole in time (SPEC §9).
     #[error("the form did not arrive in time; send it again")]
     RequestTimeout,
-    /// A method the server knows for no resource.
+    /// A method the server knows for no resource (answered 405 with
+    /// `Allow`, RFC 9110 §15.5.6).
     #[error("this server implements no such method")]
-    MethodNotImplemented,
+    UnknownMethod,
     #[error("send the form as the page does (application/x-www-form-urlencoded)")]
     UnsupportedMediaType,
     #[error("the service is unavailable; try again later")]
@@ -195,7 +196,7 @@ impl ResponseError for PageError {
             Self::TooManyRequests { .. } => StatusCode::TOO_MANY_REQUESTS,
             Self::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             Self::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
-            Self::MethodNotImplemented => StatusCode::NOT_IMPLEMENTED,
+            Self::UnknownMethod => StatusCode::METHOD_NOT_ALLOWED,
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::Unavailable | Self::Busy => StatusCode::SERVICE_UNAVAILABLE,
             Self::Unexpected(_) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -231,7 +232,7 @@ impl ResponseError for PageError {
             Self::PayloadTooLarge | Self::UnsupportedMediaType | Self::RequestTimeout => {
                 "This form cannot be accepted"
             }
-            Self::MethodNotImplemented => "This request cannot be served",
+            Self::UnknownMethod => "This request cannot be served",
             Self::Unavailable => "Tally is unavailable",
             Self::Busy => "Tally is busy",
             Self::Unexpected(_) => "Something went wrong",
@@ -254,6 +255,12 @@ impl ResponseError for PageError {
             Self::Busy => Some(crate::auth::password::Busy::RETRY_AFTER_SECS),
             _ => None,
         };
+        if let Self::UnknownMethod = self {
+            response.headers_mut().insert(
+                header::ALLOW,
+                HeaderValue::from_static(crate::edge::SERVED_METHODS),
+            );
+        }
         if let Some(secs) = retry_after {
             if let Ok(value) = HeaderValue::from_str(&secs.to_string()) {
                 response.headers_mut().insert(header::RETRY_AFTER, value);

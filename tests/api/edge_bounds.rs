@@ -18,7 +18,7 @@ on_both_backends!(
     a_body_that_grows_past_64_kib_as_it_arrives_is_refused,
     a_body_not_arrived_within_the_deadline_gets_408_and_its_connection_closed,
     a_body_that_arrives_in_pieces_within_the_deadline_is_served,
-    unknown_methods_are_501_and_never_a_new_series_in_metrics,
+    unknown_methods_are_405_and_never_a_new_series_in_metrics,
 );
 
 /// The body deadline the slow-body tests run with (the product's is 10 s).
@@ -360,7 +360,7 @@ async fn series(app: &TestApp) -> BTreeSet<String> {
         .collect()
 }
 
-async fn unknown_methods_are_501_and_never_a_new_series_in_metrics(backend: Backend) {
+async fn unknown_methods_are_405_and_never_a_new_series_in_metrics(backend: Backend) {
     let Some(app) = TestApp::spawn(backend).await else {
         return;
     };
@@ -418,16 +418,16 @@ async fn unknown_methods_are_501_and_never_a_new_series_in_metrics(backend: Back
                 assert_eq!(status, 404, "{what}");
                 continue;
             }
-            assert_eq!(status, 501, "{what}: {body}");
+            assert_eq!(status, 405, "{what}: {body}");
             if in_api {
                 let body: Value = serde_json::from_str(&body).unwrap();
-                assert_eq!(body["error"]["code"], "not_implemented", "{what}");
+                assert_eq!(body["error"]["code"], "method_not_allowed", "{what}");
             } else {
                 assert!(content_type.starts_with("text/html"), "{what}");
             }
         }
     }
-    assert_eq!(statuses, BTreeSet::from([404, 501]));
+    assert_eq!(statuses, BTreeSet::from([404, 405]));
     let after = series(&app).await;
     let new: Vec<&String> = after.difference(&before).collect();
     assert!(new.is_empty(), "new series: {new:#?}");
@@ -441,7 +441,7 @@ async fn unknown_methods_are_501_and_never_a_new_series_in_metrics(backend: Back
     assert!(
         after
             .iter()
-            .any(|s| s.contains(r#"method="OTHER""#) && s.contains(r#"status="501""#)),
+            .any(|s| s.contains(r#"method="OTHER""#) && s.contains(r#"status="405""#)),
         "{after:#?}"
     );
 }
