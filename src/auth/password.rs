@@ -320,10 +320,10 @@ impl Drop for ApiRequest {
 
 /// While the API is busy with real requests, a hashing thread rests after a
 /// hash `REST_PER_HASH` times the CPU time the hash took (so hashing takes at
-/// most a seventh of a core), but never longer than `LONGEST_REST`; it starts
+/// most a ninth of a core), but never longer than `LONGEST_REST`; it starts
 /// again as soon as the API goes quiet. The choice of the ratio, by
 /// measurement: docs/decisions/006-password-hashing-threads.md.
-pub const REST_PER_HASH: u32 = 6;
+pub const REST_PER_HASH: u32 = 8;
 const LONGEST_REST: Duration = Duration::from_secs(1);
 /// How often a resting thread looks whether the API went quiet.
 const REST_POLL: Duration = Duration::from_millis(5);
@@ -515,14 +515,14 @@ mod tests {
         assert_eq!(pace.rest_left(start, true), None, "no hash yet");
         pace.hashed(ms(40), start + ms(40));
         let after = start + ms(40);
-        assert_eq!(pace.rest_left(after, true), Some(ms(240)));
-        assert_eq!(pace.rest_left(after + ms(200), true), Some(ms(40)));
+        assert_eq!(pace.rest_left(after, true), Some(ms(320)));
+        assert_eq!(pace.rest_left(after + ms(300), true), Some(ms(20)));
         assert_eq!(pace.rest_left(after, false), None, "the API is quiet");
-        assert_eq!(pace.rest_left(after + ms(240), true), None, "rested");
+        assert_eq!(pace.rest_left(after + ms(320), true), None, "rested");
         // The rest follows the CPU time a hash took, not the time it waited
         // for a CPU (which the API had), and is at most a second.
         pace.hashed(ms(30), start + ms(500));
-        assert_eq!(pace.rest_left(start + ms(500), true), Some(ms(180)));
+        assert_eq!(pace.rest_left(start + ms(500), true), Some(ms(240)));
         pace.hashed(ms(400), start + ms(500));
         assert_eq!(pace.rest_left(start + ms(500), true), Some(LONGEST_REST));
     }
