@@ -52,6 +52,10 @@ pub struct TlsFiles {
     pub key: PathBuf,
 }
 
+/// How long after its headers a request's body must have arrived whole
+/// (SPEC §9); `Settings::body_deadline`, which tests shorten.
+pub const BODY_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
+
 #[derive(Debug, Clone)]
 pub struct Settings {
     pub database_url: DatabaseUrl,
@@ -82,7 +86,7 @@ pub struct Settings {
     /// How verification links are sent: `None` writes them to the log.
     pub smtp: Option<SmtpSettings>,
     /// How long a request's body may take to arrive after its headers:
-    /// always `state::BODY_DEADLINE` (no variable sets it); tests shorten it.
+    /// always `BODY_DEADLINE` (no variable sets it); tests shorten it.
     #[doc(hidden)]
     pub body_deadline: Duration,
 }
@@ -278,7 +282,7 @@ impl Settings {
             password_queue,
             bad_token_rate_limit,
             smtp,
-            body_deadline: crate::state::BODY_DEADLINE,
+            body_deadline: BODY_DEADLINE,
         })
     }
 

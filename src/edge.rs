@@ -11,7 +11,7 @@
 
 use crate::api::oauth::OAuthError;
 use crate::api::ApiError;
-use crate::state::{AppState, BODY_DEADLINE, MAX_BODY_BYTES};
+use crate::state::{AppState, BODY_DEADLINE, MAX_BODY_BYTES, SERVED_METHODS};
 use crate::web::PageError;
 use actix_web::body::{BodySize, BoxBody, EitherBody, MessageBody};
 use actix_web::dev::{Payload, ServiceRequest, ServiceResponse};
@@ -42,10 +42,6 @@ const KNOWN_METHODS: [Method; 9] = [
 
 /// The method label of every request whose method the server does not know.
 pub const OTHER_METHOD: &str = "OTHER";
-
-/// What an unknown method's 405 names in `Allow` (RFC 9110 §15.5.6): every
-/// method some route of the server takes.
-pub const SERVED_METHODS: &str = "GET, HEAD, POST, PUT, DELETE";
 
 /// Why a request is answered at the edge.
 #[derive(Debug)]

@@ -258,7 +258,7 @@ impl ResponseError for PageError {
         if let Self::UnknownMethod = self {
             response.headers_mut().insert(
                 header::ALLOW,
-                HeaderValue::from_static(crate::edge::SERVED_METHODS),
+                HeaderValue::from_static(crate::state::SERVED_METHODS),
             );
         }
         if let Some(secs) = retry_after {
