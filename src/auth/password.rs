@@ -457,17 +457,19 @@ fn run_hashing_thread(
 ) {
     let mut pace = Pace::default();
     loop {
-        let job = match received.lock() {
-            Ok(received) => received.recv(),
-            Err(_) => return,
-        };
-        let Ok(job) = job else { return };
+        // Rest before taking a job, not with one in hand: a job goes to a
+        // thread that is ready for it, while a resting one leaves it alone.
         while let Some(left) = {
             let now = Instant::now();
             pace.rest_left(now, api.busy(now))
         } {
             std::thread::sleep(left.min(REST_POLL));
         }
+        let job = match received.lock() {
+            Ok(received) => received.recv(),
+            Err(_) => return,
+        };
+        let Ok(job) = job else { return };
         let Job {
             work,
             requester,

@@ -131,6 +131,14 @@ impl queries::Connections for PgStore {
         Ok(self.pool.begin().await?)
     }
 
+    async fn write_unsynced(&self) -> Result<Transaction<'static, Postgres>, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("SET LOCAL synchronous_commit = off")
+            .execute(&mut *tx)
+            .await?;
+        Ok(tx)
+    }
+
     /// Runs `batch`, one statement that is its own transaction.
     async fn write_batch<O, F>(&self, batch: F) -> Result<O, StoreError>
     where

@@ -261,6 +261,10 @@ impl queries::Connections for SqliteStore {
         Ok(tx)
     }
 
+    async fn write_unsynced(&self) -> Result<Transaction<'static, Sqlite>, StoreError> {
+        self.write().await
+    }
+
     /// In a write transaction of its own: the writes that are hot on SQLite
     /// go to the group writer by `record_in_batch`, `rotate_in_batch` and
     /// `settle_in_batch`.

@@ -131,7 +131,7 @@ impl AccountStore for ThisStore {
         now: i64,
         decide: crate::store::SigninDecision<'_>,
     ) -> Result<Result<(), std::time::Duration>, StoreError> {
-        let mut tx = self.write().await?;
+        let mut tx = self.write_unsynced().await?;
         let mut sorted: Vec<&String> = keys.iter().collect();
         sorted.sort();
         for key in &sorted {
@@ -173,7 +173,7 @@ impl AccountStore for ThisStore {
         attempt_keys: &[String],
         at: i64,
     ) -> Result<(), StoreError> {
-        let mut tx = self.write().await?;
+        let mut tx = self.write_unsynced().await?;
         sqlx::query("DELETE FROM signin_failures WHERE key = $1")
             .bind(clear_key)
             .execute(&mut *tx)

@@ -53,6 +53,12 @@ pub(super) trait Connections {
     async fn lease(&self) -> Result<Lease<'_, Db>, StoreError>;
     /// Begins a write transaction.
     async fn write(&self) -> Result<Tx, StoreError>;
+    /// Begins a write transaction whose commit does not wait for the disk:
+    /// for bookkeeping that a crash of the database's machine may lose
+    /// without harm (the sign-in attempt records), so that a slow disk
+    /// cannot stall sign-ins. Other connections see the commit at once.
+    /// SQLite commits every transaction so (`synchronous = NORMAL`).
+    async fn write_unsynced(&self) -> Result<Tx, StoreError>;
     /// Runs `batch`, a write that is all or nothing by itself, on a
     /// connection it lends: on PostgreSQL one statement, its own transaction;
     /// on SQLite in a write transaction (its hot writes go to the group
