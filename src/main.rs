@@ -8,7 +8,7 @@ use tally::admin::{AppAdd, UserAdd};
 use tally::config::Settings;
 use tally::{startup, telemetry};
 
-/// mimalloc instead of the system allocator (see docs/performance.md, "What bounds these figures").
+/// mimalloc instead of the system allocator (see docs/decisions/013-allocator-and-sqlite-build.md).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -78,7 +78,7 @@ where
 }
 
 /// Deletes, as of `now`, every row the retention rules no longer need
-/// (README, "Retention"); how many. `now` is a parameter so tests move time on.
+/// (docs/operations.md, "Retention"); how many. `now` is a parameter so tests move time on.
 pub async fn purge(store: &dyn Store, now: i64) -> Result<u64, StoreError> {
     let before = |d: Duration| now.saturating_sub(crate::domain::micros(d));
     store

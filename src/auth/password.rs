@@ -155,6 +155,9 @@ impl Work {
 struct Job {
     work: Work,
     requester: Requester,
+    /// When it joined the queue: it waits for a hashing thread's rest only
+    /// until [`JOB_WAIT_TARGET`] after this.
+    queued_at: Instant,
     /// Given back when the job is done or dropped.
     _place: Place,
 }
@@ -228,6 +231,7 @@ impl Reservation {
             .send(Job {
                 work,
                 requester: requester.clone(),
+                queued_at: Instant::now(),
                 _place: self.place,
             })
             .map_err(|_| anyhow::anyhow!("the password hashing threads are gone"))
@@ -319,36 +323,55 @@ impl Drop for ApiRequest {
 }
 
 /// While the API is busy with real requests, a hashing thread rests after a
-/// hash `REST_PER_HASH` times the CPU time the hash took (so hashing takes at
-/// most a ninth of a core), but never longer than `LONGEST_REST`; it starts
-/// again as soon as the API goes quiet. The choice of the ratio, by
-/// measurement: docs/decisions/006-password-hashing-threads.md.
-pub const REST_PER_HASH: u32 = 8;
+/// hash before the next one: `REST_PER_HASH` times the CPU time the hash took
+/// (never longer than `LONGEST_REST`) while the job it holds is young, but only
+/// until that job has waited [`JOB_WAIT_TARGET`], and always at least
+/// `SHORTEST_REST_PER_HASH` times the hash's CPU time. So under steady
+/// sign-ins hashing goes as slowly as the wait target allows (the API keeps
+/// the most CPU a prompt sign-in leaves it), and under a flood of them it
+/// takes at most a fifth of a core. It starts again as soon as the API goes
+/// quiet. The choice, by measurement:
+/// docs/decisions/006-password-hashing-threads.md.
+pub const REST_PER_HASH: u32 = 16;
+const SHORTEST_REST_PER_HASH: u32 = 4;
 const LONGEST_REST: Duration = Duration::from_secs(1);
+/// How long a job may wait for a thread's rest: with the hash itself and the
+/// two page loads, a sign-in under a saturated API answers within a second.
+pub const JOB_WAIT_TARGET: Duration = Duration::from_millis(400);
 /// How often a resting thread looks whether the API went quiet.
 const REST_POLL: Duration = Duration::from_millis(5);
 /// Jobs that may wait for each hashing thread. At a few tens of milliseconds a
 /// hash, the last of them is answered within a second or two.
 pub const QUEUE_PER_THREAD: usize = 16;
 
-/// One hashing thread's rest between hashes (see the module's comment).
+/// One hashing thread's rest between hashes (see [`REST_PER_HASH`]).
 #[derive(Default)]
 struct Pace {
-    rest_until: Option<Instant>,
+    last_hash: Option<LastHash>,
+}
+
+#[derive(Clone, Copy)]
+struct LastHash {
+    /// The thread CPU time it took (not the time it waited for a CPU: that was
+    /// the API's already).
+    cpu: Duration,
+    ended: Instant,
 }
 
 impl Pace {
-    /// A hash ended at `ended`, having taken `cpu` of this thread's CPU time
-    /// (not the time it waited for a CPU: that was the API's already).
+    /// A hash ended at `ended`, having taken `cpu` of this thread's CPU time.
     fn hashed(&mut self, cpu: Duration, ended: Instant) {
-        let rest = cpu.saturating_mul(REST_PER_HASH).min(LONGEST_REST);
-        self.rest_until = Some(ended + rest);
+        self.last_hash = Some(LastHash { cpu, ended });
     }
 
-    /// How much longer to rest before the next hash: nothing when the API is
-    /// quiet or the rest is over.
-    fn rest_left(&self, now: Instant, api_busy: bool) -> Option<Duration> {
-        let left = self.rest_until?.checked_duration_since(now)?;
+    /// How much longer to rest before hashing a job queued at `queued_at`:
+    /// nothing when the API is quiet or the rest is over.
+    fn rest_left(&self, now: Instant, api_busy: bool, queued_at: Instant) -> Option<Duration> {
+        let LastHash { cpu, ended } = self.last_hash?;
+        let shortest = ended + cpu.saturating_mul(SHORTEST_REST_PER_HASH).min(LONGEST_REST);
+        let longest = ended + cpu.saturating_mul(REST_PER_HASH).min(LONGEST_REST);
+        let until = longest.min(queued_at + JOB_WAIT_TARGET).max(shortest);
+        let left = until.checked_duration_since(now)?;
         (api_busy && !left.is_zero()).then_some(left)
     }
 }
@@ -457,23 +480,22 @@ fn run_hashing_thread(
 ) {
     let mut pace = Pace::default();
     loop {
-        // Rest before taking a job, not with one in hand: a job goes to a
-        // thread that is ready for it, while a resting one leaves it alone.
-        while let Some(left) = {
-            let now = Instant::now();
-            pace.rest_left(now, api.busy(now))
-        } {
-            std::thread::sleep(left.min(REST_POLL));
-        }
         let job = match received.lock() {
             Ok(received) => received.recv(),
             Err(_) => return,
         };
         let Ok(job) = job else { return };
+        while let Some(left) = {
+            let now = Instant::now();
+            pace.rest_left(now, api.busy(now), job.queued_at)
+        } {
+            std::thread::sleep(left.min(REST_POLL));
+        }
         let Job {
             work,
             requester,
             _place: place,
+            ..
         } = job;
         if work.abandoned() || requester.gone() {
             metrics.abandoned.inc();
@@ -514,19 +536,50 @@ mod tests {
         let start = Instant::now();
         let ms = Duration::from_millis;
         let mut pace = Pace::default();
-        assert_eq!(pace.rest_left(start, true), None, "no hash yet");
-        pace.hashed(ms(40), start + ms(40));
-        let after = start + ms(40);
-        assert_eq!(pace.rest_left(after, true), Some(ms(320)));
-        assert_eq!(pace.rest_left(after + ms(300), true), Some(ms(20)));
-        assert_eq!(pace.rest_left(after, false), None, "the API is quiet");
-        assert_eq!(pace.rest_left(after + ms(320), true), None, "rested");
+        assert_eq!(pace.rest_left(start, true, start), None, "no hash yet");
+        pace.hashed(ms(20), start + ms(20));
+        let after = start + ms(20);
+        let rest = ms(20) * REST_PER_HASH;
+        assert!(rest < JOB_WAIT_TARGET);
+        assert_eq!(pace.rest_left(after, true, after), Some(rest));
+        assert_eq!(
+            pace.rest_left(after + rest - ms(5), true, after),
+            Some(ms(5))
+        );
+        assert_eq!(
+            pace.rest_left(after, false, after),
+            None,
+            "the API is quiet"
+        );
+        assert_eq!(pace.rest_left(after + rest, true, after), None, "rested");
+    }
+
+    #[test]
+    fn a_job_waits_for_a_rest_until_its_wait_target_but_the_rest_has_a_floor() {
+        let start = Instant::now() + Duration::from_secs(5);
+        let ms = Duration::from_millis;
+        let mut pace = Pace::default();
         // The rest follows the CPU time a hash took, not the time it waited
-        // for a CPU (which the API had), and is at most a second.
-        pace.hashed(ms(30), start + ms(500));
-        assert_eq!(pace.rest_left(start + ms(500), true), Some(ms(240)));
-        pace.hashed(ms(400), start + ms(500));
-        assert_eq!(pace.rest_left(start + ms(500), true), Some(LONGEST_REST));
+        // for a CPU (which the API had).
+        pace.hashed(ms(40), start);
+        assert!(ms(40) * REST_PER_HASH > JOB_WAIT_TARGET);
+        let queued_before = start - ms(100);
+        assert_eq!(
+            pace.rest_left(start, true, queued_before),
+            Some(JOB_WAIT_TARGET - ms(100)),
+            "a job that has waited 100 ms rests until its target"
+        );
+        assert_eq!(
+            pace.rest_left(start, true, start - ms(2000)),
+            Some(ms(40) * SHORTEST_REST_PER_HASH),
+            "a job past its target still lets the API have the shortest rest"
+        );
+        // A rest is at most a second.
+        pace.hashed(ms(400), start);
+        assert_eq!(
+            pace.rest_left(start, true, start - ms(2000)),
+            Some(LONGEST_REST)
+        );
     }
 
     #[tokio::test]

@@ -7,9 +7,8 @@
 //! A row in use is read again before it is forgotten: past half its life,
 //! the one request that comes first reads it anew while the others go on
 //! with what is remembered. Otherwise every request in flight for a busy
-//! token missed at once when it expired, each reading the same row: on
-//! PostgreSQL after a pay load, 32 such reads stalled `GET /v1/me` for
-//! 150-300 ms twice a second.
+//! token missed at once when it expired, each reading the same row, and
+//! stalled `GET /v1/me` twice a second (docs/decisions/007-token-and-client-caches.md).
 
 use crate::store::{App, IntrospectingClient, TokenRecord};
 use quick_cache::sync::Cache;

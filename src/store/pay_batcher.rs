@@ -45,9 +45,8 @@ pub(crate) struct PayBatcher {
     /// Batches written at once: one for each core this process may run on, up
     /// to [`MAX_LEADERS`]. On one core there is nothing to overlap, and a
     /// second batch only takes turns on the CPU with the first (the
-    /// database's and ours), so both take longer: with Tally and PostgreSQL
-    /// pinned to one core, one batch at a time made batches of 16 pays instead
-    /// of 10 and paid 10 to 20% more a second, with a lower p99.
+    /// database's and ours), so both take longer; one batch at a time makes
+    /// bigger batches (docs/decisions/004-postgres-pay-batches.md).
     queue: BatchQueue<QueuedPay>,
 }
 

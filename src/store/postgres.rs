@@ -33,8 +33,8 @@ impl PgStore {
         // single statements; transactions (settlement batches, payments with an
         // idempotency key, the rarer writes) need fewer connections. Requests
         // waiting on row locks or the network keep their connection, so a
-        // few per core: with 8 in all on two cores, 32 clients left a few
-        // requests waiting seconds for one (p99 646 ms, a 503).
+        // few per core: too few left requests waiting seconds for one under
+        // 32 clients (docs/decisions/010-connection-lending.md).
         let pool = PgPoolOptions::new()
             .max_connections(connections_per_core(2, 6, 16))
             .test_before_acquire(false)
@@ -259,14 +259,13 @@ const TO_ACCOUNT_SQL: (&str, &str) = (
 /// The audit's snapshot reads every sum in the order of an index that holds
 /// all it needs: the covering indexes on ledger_entries, and the payments'
 /// primary key walked beside the entries' payment index (merge joins). The
-/// planner would rather hash or sort millions of rows, which at a million
-/// payments took up to three times as long (the sums by account: 2.4 s by hash
-/// against 0.8 s in index order) and can spill to disk; work_mem is room for
-/// what must still be sorted. No JIT, whose compiling costs seconds here and
-/// saves none. No parallel workers: the scans cost little per row, so splitting
-/// them saves little even on idle cores, and on a busy or one-core server the
-/// workers only add their start-up and the merging of their partial results
-/// (3.1 s against 1.5 s for the sums by account on one core).
+/// planner would rather hash or sort millions of rows, which takes several
+/// times as long and can spill to disk; work_mem is room for what must still
+/// be sorted. No JIT, whose compiling costs seconds and saves none. No
+/// parallel workers: the scans cost little per row, so splitting them saves
+/// little, and on a busy or one-core server the workers only add their
+/// start-up and the merging of their partial results. Measurements:
+/// docs/decisions/011-audit-at-scale.md.
 const AUDIT_SETTINGS: &[&str] = &[
     "SET LOCAL work_mem = '64MB'",
     "SET LOCAL jit = off",

@@ -16,7 +16,7 @@ use aes_gcm::{Aes256Gcm, Key, Nonce};
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
-/// An unshown secret is kept this long, then purged (README, "Retention").
+/// An unshown secret is kept this long, then purged (docs/operations.md, "Retention").
 pub const REVEAL_TTL: Duration = Duration::from_secs(10 * 60);
 
 const NONCE_BYTES: usize = 12;

@@ -3,8 +3,8 @@
 //!
 //! Why not the shared SQL (`sql::audit_suspects`, which PostgreSQL runs): the
 //! sums by account came from an index on the entries' account, which every pay
-//! and settlement writes at scattered places (about two WAL pages a pay: on
-//! this project's yardstick, SQLite pays ran 25-30% faster without it), and
+//! and settlement writes at scattered places (about two WAL pages a pay;
+//! docs/decisions/011-audit-at-scale.md has what dropping it bought), and
 //! SQLite has no merge join, so the per-payment check probed the payment
 //! index once per payment. Here one walk of the payments in id order beside
 //! the entries' payment index in the same order (a merge, in Rust) checks every

@@ -12,8 +12,8 @@
 //! Why a thread with its own connection (rusqlite), not sqlx's writer: sqlx
 //! runs each SQLite connection on a thread of its own and hands every
 //! statement, and every statement's result, across threads. With the server on
-//! one core each hand-over is a context switch: about eleven per pay, most of
-//! a pay's cost after SQLite's own work. Here a group crosses once each way,
+//! one core each hand-over is a context switch, about eleven per pay: most of
+//! a pay's cost after SQLite's own work (docs/decisions/002-sqlite-group-thread.md). Here a group crosses once each way,
 //! and its statements run where they are prepared.
 //!
 //! The group thread's connection is a second writer of the same file, so the

@@ -40,8 +40,8 @@ impl WriterHealth {
 /// Past this many WAL pages (47 MiB), once the checkpointer has copied all
 /// of them, the group thread finishes the checkpoint (see [`WalRestart`]):
 /// short of the backstop below, so the checkpointer has time for its two
-/// passes. At 4,096 the restarts' syncs cost the writer more than they saved
-/// (refresh row, two pairs: 5-10% fewer requests a second than at 12,000).
+/// passes. Much lower, the restarts' syncs cost the writer more than they
+/// save (docs/decisions/003-sqlite-wal-checkpointer.md).
 pub(super) const WAL_RESTART_PAGES: i64 = 12_000;
 
 /// Lets the WAL start over from its beginning without the writer waiting
@@ -72,8 +72,8 @@ impl WalRestart {
 /// copied pages into it. SQLite syncs the file only at a checkpoint that
 /// reaches the WAL's end, which under steady writes is the group thread's
 /// finishing one (see [`WalRestart`]): that sync would then flush every page
-/// the checkpointer copied since the last restart, tens of megabytes and
-/// about 20 ms on this machine's disk, with every write waiting. Synced here,
+/// the checkpointer copied since the last restart, tens of megabytes, with
+/// every write waiting. Synced here,
 /// off the writer, the writer's sync is left the last pass's pages.
 ///
 /// The descriptor is never closed: closing any descriptor of a file drops
