@@ -105,8 +105,8 @@ pub(crate) const PG_CHARGE_SQL: &str = concat!(
 /// `pay_batcher.rs`), each all or nothing as `PG_HOLD_SQL` and
 /// `PG_HOLD_TO_ACCOUNT_SQL` make one: the database function `pay_batch`
 /// (`sql/postgres/functions/pay_batch.sql`, which says why) locks the actors'
-/// rows and those of the targets it may credit, writes the pays, then credits
-/// the targets of those it settled at once. `$1`..`$17` are arrays of the payment rows' columns in
+/// rows and those of the targets it may credit, writes the pays, then settles
+/// those due at once with `settle_pays`. `$1`..`$17` are arrays of the payment rows' columns in
 /// `PAYMENT_COLUMNS` order, `$18`..`$20` of their holds' movement ids, credited
 /// accounts and kinds, `$21` of whether the target account was named by id and
 /// not read, `$22` of their settlements' movement ids when they are to settle

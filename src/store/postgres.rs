@@ -168,8 +168,8 @@ impl queries::Connections for PgStore {
     }
 
     /// One statement: the database function `settle_due`, which reads the
-    /// due pays and settles them as `settle_in_batch`; the movement ids are
-    /// made here, one for each pay the round may settle.
+    /// due pays and settles them with `settle_pays`, as `settle_batch` does;
+    /// the movement ids are made here, one for each pay the round may settle.
     async fn settle_due_in_batch(
         &self,
         settle_by: i64,
@@ -188,7 +188,7 @@ impl queries::Connections for PgStore {
     }
 
     /// One statement: the database function `settle_batch`, which first
-    /// locks the targets.
+    /// locks the targets, then settles with `settle_pays`.
     async fn settle_in_batch(
         &self,
         settlements: &[super::Settlement],

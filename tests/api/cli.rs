@@ -707,11 +707,11 @@ async fn function_definitions(db: &TestDb) -> String {
     .unwrap()
 }
 
-/// The settlement round replaced by hand with one that refuses to settle.
-const BROKEN_SETTLE_DUE: &str = "CREATE OR REPLACE FUNCTION settle_due(\
-     settle_by BIGINT, movement_ids TEXT[], settled_at BIGINT) \
-     RETURNS TABLE (settled_id TEXT) LANGUAGE plpgsql AS \
-     $$ BEGIN RAISE EXCEPTION 'a stale settle_due'; END $$";
+/// The settlement rule replaced by hand with one that refuses to settle.
+const BROKEN_SETTLE_PAYS: &str = "CREATE OR REPLACE FUNCTION settle_pays(\
+     ids TEXT[], targets TEXT[], amounts BIGINT[], movement_ids TEXT[], settled_ats BIGINT[], \
+     written_settled BOOLEAN) RETURNS SETOF TEXT LANGUAGE plpgsql AS \
+     $$ BEGIN RAISE EXCEPTION 'a stale settle_pays'; END $$";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_servers_starting_together_on_a_fresh_postgresql_database_install_its_functions_once() {
@@ -745,7 +745,7 @@ async fn two_servers_starting_together_on_a_fresh_postgresql_database_install_it
     }
     assert!(function_definitions(&db)
         .await
-        .contains("FUNCTION public.settle_due("));
+        .contains("FUNCTION public.settle_pays("));
     // A start on a database whose functions are current installs nothing.
     let again = ServeProcess::start(&db.url_string(), &[]).stop();
     assert!(!again.contains("database functions installed"), "{again}");
@@ -760,7 +760,7 @@ async fn migrate_and_every_start_restore_a_database_function_changed_by_hand() {
     let migrate = tally(&url, &["migrate"]);
     assert!(migrate.status.success(), "{}", migrate.stderr);
     let current = function_definitions(&db).await;
-    crate::store_conformance::tamper(&db, BROKEN_SETTLE_DUE).await;
+    crate::store_conformance::tamper(&db, BROKEN_SETTLE_PAYS).await;
     assert_ne!(function_definitions(&db).await, current);
     let migrate = tally(&url, &["migrate"]);
     assert!(migrate.status.success(), "{}", migrate.stderr);
@@ -769,11 +769,11 @@ async fn migrate_and_every_start_restore_a_database_function_changed_by_hand() {
     let store = db.store().await;
     let ann = crate::fixtures::person(store.as_ref(), "ann", "10").await;
     let bob = crate::fixtures::person(store.as_ref(), "bob", "0").await;
-    crate::store_conformance::tamper(&db, BROKEN_SETTLE_DUE).await;
+    crate::store_conformance::tamper(&db, BROKEN_SETTLE_PAYS).await;
     let server = ServeProcess::start(&url, &[]);
     assert_eq!(function_definitions(&db).await, current);
     // A pay due at once (the default settlement delay of 0) settles with its
-    // own write.
+    // own write, through the restored settlement.
     let paid = reqwest::Client::new()
         .post(format!("{}/v1/payments", server.origin))
         .bearer_auth(&ann.token)
@@ -790,7 +790,7 @@ async fn migrate_and_every_start_restore_a_database_function_changed_by_hand() {
     assert_eq!(bob_now.balance_cents, 400);
     let log = server.stop();
     assert!(log.contains("database functions installed"), "{log}");
-    assert!(!log.contains("a stale settle_due"), "{log}");
+    assert!(!log.contains("a stale settle_pays"), "{log}");
     let audit = tally(&url, &["admin", "audit", "--json"]);
     assert!(audit.status.success(), "{}", audit.stdout);
 }

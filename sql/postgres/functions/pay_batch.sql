@@ -6,18 +6,19 @@
 -- place per pay: its payment row's columns, its hold (movement id, credited
 -- account, kind), whether to check its target, and `settle_ids`.
 --
--- `settle_ids` holds, for each pay to settle at once (a pay to an account
--- under a settlement delay of 0), the movement id of its settlement (NULL for
--- the others): `@held` to the target, its amount, at its `date_created`,
--- which also becomes its `date_completed`. A pay is settled only if its target
--- account is active: a suspended one's pays stay pending for the workers to
--- fail, as any pay to it. It never enters the index of open payments.
+-- `settle_ids` holds, for each pay due for settlement the moment it is made
+-- (a pay to an account under a settlement delay of 0), the movement id of its
+-- settlement (NULL for the others). Such a pay to an active account is settled
+-- in the same transaction, at its `date_created`, by `settle_pays`: its row is
+-- written settled, so that it never enters the index of open payments. A pay
+-- to a suspended account stays pending for the workers to fail, as any pay to
+-- it.
 --
 -- The actors and the targets to credit are locked first, together, in id
 -- order and in a statement of their own, as every transaction that moves money
 -- locks users (locking and writing in one statement deadlocked: its snapshot
--- predates the lock). The credits are a statement after the pays: one user may
--- be both debited (an actor) and credited (a target) in a batch, and one
+-- predates the lock). The settlements are a statement after the pays: one user
+-- may be both debited (an actor) and credited (a target) in a batch, and one
 -- statement may not update a row twice. Party rows are inserted plainly: the
 -- pay's id is new and its actor is never its target.
 --
@@ -36,10 +37,13 @@ LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
     to_credit TEXT[];
     active TEXT[];
-    credited TEXT[];
-    credits BIGINT[];
     answered TEXT[];
     balances BIGINT[];
+    settling TEXT[];
+    settling_targets TEXT[];
+    settling_amounts BIGINT[];
+    settlements TEXT[];
+    settling_ats BIGINT[];
 BEGIN
     to_credit := ARRAY(SELECT t FROM unnest(target_user_ids, settle_ids) AS s (t, m)
                        WHERE m IS NOT NULL AND t IS NOT NULL);
@@ -76,29 +80,28 @@ BEGIN
         FROM p JOIN debit USING (id) RETURNING payments.id),
     entries AS (
         INSERT INTO ledger_entries (movement_id, kind, account, amount_cents, payment_id, created_at)
-        SELECT e.movement_id, e.kind, e.account, e.cents, p.id, p.date_created
+        SELECT p.hold_id, p.hold_kind, e.account, e.cents, p.id, p.date_created
         FROM made JOIN p USING (id) CROSS JOIN LATERAL
-            (VALUES (p.hold_id, p.hold_kind, p.actor_id, -p.amount_cents),
-                    (p.hold_id, p.hold_kind, p.hold_account, p.amount_cents),
-                    (p.settle_id, 'settle', '@held', -p.amount_cents),
-                    (p.settle_id, 'settle', p.target_user_id, p.amount_cents))
-            AS e (movement_id, kind, account, cents)
-        WHERE e.kind <> 'settle' OR p.settles),
+            (VALUES (p.actor_id, -p.amount_cents), (p.hold_account, p.amount_cents))
+            AS e (account, cents)),
     parties AS (
         INSERT INTO payment_parties (user_id, date_created, payment_id)
         SELECT u.id, p.date_created, p.id FROM made JOIN p USING (id)
         CROSS JOIN LATERAL (VALUES (p.actor_id), (p.target_user_id)) AS u (id)
-        WHERE u.id IS NOT NULL),
-    credit AS (
-        SELECT p.target_user_id AS id, sum_cents(p.amount_cents) AS cents
-        FROM made JOIN p USING (id) WHERE p.settles GROUP BY p.target_user_id)
-    SELECT (SELECT array_agg(credit.id) FROM credit), (SELECT array_agg(credit.cents) FROM credit),
-           array_agg(p.id), array_agg(debit.balance_cents)
-    INTO credited, credits, answered, balances
-    FROM p LEFT JOIN debit USING (id);
-    IF credited IS NOT NULL THEN
-        UPDATE users SET balance_cents = users.balance_cents + c.cents
-        FROM unnest(credited, credits) AS c (id, cents) WHERE users.id = c.id;
+        WHERE u.id IS NOT NULL)
+    SELECT array_agg(p.id), array_agg(debit.balance_cents),
+           array_agg(p.id) FILTER (WHERE w.settles),
+           array_agg(p.target_user_id) FILTER (WHERE w.settles),
+           array_agg(p.amount_cents) FILTER (WHERE w.settles),
+           array_agg(p.settle_id) FILTER (WHERE w.settles),
+           array_agg(p.date_created) FILTER (WHERE w.settles)
+    INTO answered, balances, settling, settling_targets, settling_amounts, settlements,
+         settling_ats
+    FROM p LEFT JOIN debit USING (id)
+    CROSS JOIN LATERAL (SELECT p.settles AND debit.id IS NOT NULL) AS w (settles);
+    IF settling IS NOT NULL THEN
+        PERFORM settle_pays(settling, settling_targets, settling_amounts, settlements,
+                            settling_ats, true);
     END IF;
     RETURN QUERY SELECT * FROM unnest(answered, balances);
 END

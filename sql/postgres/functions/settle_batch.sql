@@ -1,13 +1,13 @@
 -- Settles the pays the workers read as due (`Store::settle_payments`), one
--- round trip. The arguments are the pays to settle and, in the same order, the
--- ledger movement of each one's two `settle` entries.
+-- round trip: the pays `ids`, each with the movement id at its place in
+-- `movement_ids`, settled by `settle_pays` at `settled_at`. One row per pay
+-- settled.
 --
 -- The credited accounts are locked first, in id order and in a statement of
 -- their own, as every other transaction that moves money locks users (see
--- pay_batch). Then each pay still pending, not held by another worker (SKIP
--- LOCKED) and whose target account is not suspended becomes settled: its
--- target is credited once with the sum of its pays, and it gets its entries
--- from `@held`. The others stay as they are. One row per pay settled.
+-- `pay_batch`). Then each pay still pending, not held by another worker (SKIP
+-- LOCKED) and whose target account is not suspended is locked and settled. The
+-- others stay as they are.
 CREATE OR REPLACE FUNCTION settle_batch(ids TEXT[], movement_ids TEXT[], settled_at BIGINT)
 RETURNS TABLE (settled_id TEXT)
 LANGUAGE plpgsql VOLATILE AS $$
@@ -15,28 +15,17 @@ BEGIN
     PERFORM 1 FROM users WHERE id IN (
         SELECT target_user_id FROM payments WHERE id = ANY (ids)) ORDER BY id FOR NO KEY UPDATE;
     RETURN QUERY
-    WITH settled AS (
-        UPDATE payments SET status = 'settled', date_completed = settled_at
-        WHERE payments.id IN (SELECT p.id FROM payments p
-                              WHERE p.id = ANY (ids) AND p.status = 'pending'
-                              FOR UPDATE SKIP LOCKED)
-          AND payments.status = 'pending' AND payments.action = 'pay'
-          AND EXISTS (SELECT 1 FROM users u
-                      WHERE u.id = payments.target_user_id AND NOT u.suspended)
-        RETURNING payments.id, payments.target_user_id, payments.amount_cents),
-    credit AS (
-        UPDATE users SET balance_cents = users.balance_cents + c.cents
-        FROM (SELECT target_user_id, sum_cents(amount_cents) AS cents
-              FROM settled GROUP BY target_user_id) AS c
-        WHERE users.id = c.target_user_id),
-    entries AS (
-        INSERT INTO ledger_entries (movement_id, kind, account, amount_cents, payment_id, created_at)
-        SELECT m.movement_id, 'settle', e.account, e.cents, settled.id, settled_at
-        FROM settled
-        JOIN unnest(ids, movement_ids) AS m (payment_id, movement_id) ON m.payment_id = settled.id
-        CROSS JOIN LATERAL (VALUES ('@held', -settled.amount_cents),
-                                   (settled.target_user_id, settled.amount_cents))
-            AS e (account, cents))
-    SELECT settled.id FROM settled;
+    SELECT settled.id FROM (
+        SELECT array_agg(p.id) AS ids, array_agg(p.target_user_id) AS targets,
+               array_agg(p.amount_cents) AS amounts, array_agg(m.movement_id) AS movements,
+               array_agg(settled_at) AS settled_ats
+        FROM (SELECT p.id, p.target_user_id, p.amount_cents FROM payments p
+              WHERE p.id = ANY (ids) AND p.status = 'pending' AND p.action = 'pay'
+                AND EXISTS (SELECT 1 FROM users u
+                            WHERE u.id = p.target_user_id AND NOT u.suspended)
+              FOR UPDATE OF p SKIP LOCKED) AS p
+        JOIN unnest(ids, movement_ids) AS m (payment_id, movement_id) ON m.payment_id = p.id) AS s
+    CROSS JOIN LATERAL settle_pays(s.ids, s.targets, s.amounts, s.movements, s.settled_ats, false)
+        AS settled (id);
 END
 $$;

@@ -38,6 +38,10 @@ pub(super) const FUNCTIONS: &[(&str, &str)] = &[
         include_str!("../../../sql/postgres/functions/users_named_like.sql"),
     ),
     (
+        "settle_pays",
+        include_str!("../../../sql/postgres/functions/settle_pays.sql"),
+    ),
+    (
         "settle_due",
         include_str!("../../../sql/postgres/functions/settle_due.sql"),
     ),
