@@ -1,6 +1,6 @@
 //! Group commit of new pays on PostgreSQL: the pays that wait while others
 //! are being written go in together, as one statement (`PG_HOLDS_SQL`, which
-//! calls the migration's `pay_batch` function), so one round trip and one
+//! calls the database function `pay_batch`), so one round trip and one
 //! commit serve them all. Each is still all or nothing: a pay its actor's
 //! balance does not cover, or whose target is missing, writes nothing and
 //! leaves the others in.

@@ -103,10 +103,10 @@ pub(crate) const PG_CHARGE_SQL: &str = concat!(
 
 /// Many pays in one round trip (PostgreSQL's pay batches, see
 /// `pay_batcher.rs`), each all or nothing as `PG_HOLD_SQL` and
-/// `PG_HOLD_TO_ACCOUNT_SQL` make one: the migration's `pay_batch` function
-/// locks the actors' rows and those of the targets it may credit, writes the
-/// pays, then credits the targets of those it settled at once (the migrations
-/// say why). `$1`..`$17` are arrays of the payment rows' columns in
+/// `PG_HOLD_TO_ACCOUNT_SQL` make one: the database function `pay_batch`
+/// (`sql/postgres/functions/pay_batch.sql`, which says why) locks the actors'
+/// rows and those of the targets it may credit, writes the pays, then settles
+/// those due at once with `settle_pays`. `$1`..`$17` are arrays of the payment rows' columns in
 /// `PAYMENT_COLUMNS` order, `$18`..`$20` of their holds' movement ids, credited
 /// accounts and kinds, `$21` of whether the target account was named by id and
 /// not read, `$22` of their settlements' movement ids when they are to settle
@@ -144,7 +144,7 @@ macro_rules! sqlite_savepoint {
 /// reached an account at or before `$1` that is not suspended; the oldest
 /// `$2`. `date_completed IS NULL` as in `due_payments`, for PostgreSQL's
 /// index of open payments. SQLite's settlement reads it; on PostgreSQL the
-/// `settle_due` function (migration `20261126000006`) reads the same pays
+/// function `settle_due` (`sql/postgres/functions/settle_due.sql`) reads the same pays
 /// with the same conditions, so a change here belongs there too.
 pub(crate) const SETTLEMENT_DUE_SQL: &str = "SELECT p.id FROM payments p \
      JOIN users u ON u.id = p.target_user_id \

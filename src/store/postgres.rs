@@ -10,6 +10,8 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
+mod functions;
+
 /// PostgreSQL, shared by every instance of a deployment. Writes rely on guarded
 /// updates and row locks rather than on a single writer.
 pub struct PgStore {
@@ -79,11 +81,13 @@ fn read_users(statements: Arc<Lender<Postgres>>) -> ReadUsers {
 }
 
 impl queries::Connections for PgStore {
+    /// The migrations, then the database functions (`functions.rs`). Each
+    /// takes an advisory lock, so instances starting together are safe.
     async fn run_migrations(&self) -> Result<(), StoreError> {
-        // sqlx takes an advisory lock, so instances starting together are safe.
         sqlx::migrate!("migrations/postgres")
             .run(&self.pool)
             .await?;
+        functions::install(&self.pool).await?;
         Ok(())
     }
 
@@ -163,9 +167,9 @@ impl queries::Connections for PgStore {
         &self.user_reads
     }
 
-    /// One statement: the migration's `settle_due` function, which reads
-    /// the due pays and settles them as `settle_in_batch`; the movement ids
-    /// are made here, one for each pay the round may settle.
+    /// One statement: the database function `settle_due`, which reads the
+    /// due pays and settles them with `settle_pays`, as `settle_batch` does;
+    /// the movement ids are made here, one for each pay the round may settle.
     async fn settle_due_in_batch(
         &self,
         settle_by: i64,
@@ -183,8 +187,8 @@ impl queries::Connections for PgStore {
         Ok(settled.len())
     }
 
-    /// One statement: the migration's `settle_batch` function, which first
-    /// locks the targets.
+    /// One statement: the database function `settle_batch`, which first
+    /// locks the targets, then settles with `settle_pays`.
     async fn settle_in_batch(
         &self,
         settlements: &[super::Settlement],
@@ -242,9 +246,9 @@ const SKIP_LOCKED: &str = " FOR UPDATE SKIP LOCKED";
 const KEY_LOCK: &str = "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))";
 
 /// User search's walk of one trigram's index entries (`$6`), keeping the
-/// users whose names match `$1`, at most `$7`: the migration's
-/// `users_named_like` function, whose one plan (see the migration) reads each
-/// entry's user by primary key.
+/// users whose names match `$1`, at most `$7`: the database function
+/// `users_named_like`, whose one plan (see its file) reads each entry's user
+/// by primary key.
 const USERS_NAMED_LIKE: &str = "SELECT * FROM users_named_like($1, $6, $7)";
 
 /// A new payment's movement, one statement (see payments.rs).
@@ -274,7 +278,7 @@ const AUDIT_SETTINGS: &[&str] = &[
     "SET LOCAL enable_hashjoin = off",
     "SET LOCAL enable_sort = off",
 ];
-/// The audit's sum of cents: `sum_cents` (a migration's aggregate) adds
+/// The audit's sum of cents: `sum_cents` (a database aggregate) adds
 /// bigints into a bigint; the built-in `sum` answers numeric, whose making and
 /// comparing, once per payment and per movement, cost about a second of the
 /// audit at a million payments.

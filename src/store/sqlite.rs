@@ -546,8 +546,8 @@ async fn apply_page_limit(
 }
 
 /// User search's walk of one trigram's index entries (`$6`), keeping the
-/// users whose names match `$1`, at most `$7` (PostgreSQL's migration
-/// `users_named_like` runs the same statement). SQLite's planner only loops:
+/// users whose names match `$1`, at most `$7` (PostgreSQL's database
+/// function `users_named_like` runs the same statement). SQLite's planner only loops:
 /// the entries in index order, each one's user by primary key.
 const USERS_NAMED_LIKE: &str = "\
     SELECT u.* FROM user_search_trigrams t JOIN users u ON u.id = t.user_id \

@@ -692,3 +692,105 @@ async fn demo_seeds_once_and_prints_a_working_authorize_url(backend: Backend) {
         assert_eq!(audit["ok"], true);
     }
 }
+
+/// The definitions of the database's own functions (not its aggregates), as
+/// PostgreSQL shows them.
+async fn function_definitions(db: &TestDb) -> String {
+    use sqlx::Connection;
+    let mut conn = sqlx::PgConnection::connect(&db.url_string()).await.unwrap();
+    sqlx::query_scalar(
+        "SELECT string_agg(pg_get_functiondef(oid), E'\\n' ORDER BY proname) FROM pg_proc \
+         WHERE pronamespace = 'public'::regnamespace AND prokind = 'f'",
+    )
+    .fetch_one(&mut conn)
+    .await
+    .unwrap()
+}
+
+/// The settlement rule replaced by hand with one that refuses to settle.
+const BROKEN_SETTLE_PAYS: &str = "CREATE OR REPLACE FUNCTION settle_pays(\
+     ids TEXT[], targets TEXT[], amounts BIGINT[], movement_ids TEXT[], settled_ats BIGINT[], \
+     written_settled BOOLEAN) RETURNS SETOF TEXT LANGUAGE plpgsql AS \
+     $$ BEGIN RAISE EXCEPTION 'a stale settle_pays'; END $$";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_servers_starting_together_on_a_fresh_postgresql_database_install_its_functions_once() {
+    let Some(db) = TestDb::new(Backend::Postgres).await else {
+        return;
+    };
+    let starting: Vec<_> = (0..2)
+        .map(|_| {
+            let url = db.url_string();
+            std::thread::spawn(move || ServeProcess::start(&url, &[]))
+        })
+        .collect();
+    let servers: Vec<ServeProcess> = starting.into_iter().map(|s| s.join().unwrap()).collect();
+    let http = reqwest::Client::new();
+    for server in &servers {
+        let ready = http
+            .get(format!("{}/readyz", server.origin))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(ready.status(), 200);
+    }
+    let logs: Vec<String> = servers.into_iter().map(ServeProcess::stop).collect();
+    let installs = logs
+        .iter()
+        .map(|log| log.matches("database functions installed").count())
+        .sum::<usize>();
+    assert_eq!(installs, 1, "{logs:?}");
+    for log in &logs {
+        assert!(!log.contains("\"ERROR\""), "{log}");
+    }
+    assert!(function_definitions(&db)
+        .await
+        .contains("FUNCTION public.settle_pays("));
+    // A start on a database whose functions are current installs nothing.
+    let again = ServeProcess::start(&db.url_string(), &[]).stop();
+    assert!(!again.contains("database functions installed"), "{again}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn migrate_and_every_start_restore_a_database_function_changed_by_hand() {
+    let Some(db) = TestDb::new(Backend::Postgres).await else {
+        return;
+    };
+    let url = db.url_string();
+    let migrate = tally(&url, &["migrate"]);
+    assert!(migrate.status.success(), "{}", migrate.stderr);
+    let current = function_definitions(&db).await;
+    crate::store_conformance::tamper(&db, BROKEN_SETTLE_PAYS).await;
+    assert_ne!(function_definitions(&db).await, current);
+    let migrate = tally(&url, &["migrate"]);
+    assert!(migrate.status.success(), "{}", migrate.stderr);
+    assert_eq!(function_definitions(&db).await, current);
+
+    let store = db.store().await;
+    let ann = crate::fixtures::person(store.as_ref(), "ann", "10").await;
+    let bob = crate::fixtures::person(store.as_ref(), "bob", "0").await;
+    crate::store_conformance::tamper(&db, BROKEN_SETTLE_PAYS).await;
+    let server = ServeProcess::start(&url, &[]);
+    assert_eq!(function_definitions(&db).await, current);
+    // A pay due at once (the default settlement delay of 0) settles with its
+    // own write, through the restored settlement.
+    let paid = reqwest::Client::new()
+        .post(format!("{}/v1/payments", server.origin))
+        .bearer_auth(&ann.token)
+        .form(&[("user_id", bob.id.as_str()), ("amount", "4"), ("note", "x")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(paid.status(), 200);
+    let bob_now = store
+        .find_user(tally::store::UserKey::Id(&bob.id))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(bob_now.balance_cents, 400);
+    let log = server.stop();
+    assert!(log.contains("database functions installed"), "{log}");
+    assert!(!log.contains("a stale settle_pays"), "{log}");
+    let audit = tally(&url, &["admin", "audit", "--json"]);
+    assert!(audit.status.success(), "{}", audit.stdout);
+}

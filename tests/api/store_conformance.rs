@@ -36,6 +36,7 @@ on_both_backends!(
     a_payment_row_with_an_unknown_word_does_not_load,
     pays_made_at_once_each_move_their_own_money_or_none,
     a_pay_that_fails_its_batch_fails_alone,
+    every_way_a_payment_settles_writes_the_ledger_rows_the_audit_expects,
 );
 
 fn presented<'a>(digest: &'a str, client_id: &'a str, now: i64) -> Presented<'a> {
@@ -1414,6 +1415,162 @@ async fn a_pay_that_fails_its_batch_fails_alone(backend: Backend) {
         .unwrap();
     assert_eq!(payer.balance_cents, 1000);
     assert_audit_ok(store.as_ref()).await;
+}
+
+/// Each way a payment settles writes the same ledger rows: a pay due the
+/// moment it is made (settled with its own write on PostgreSQL, `pay_batch`; by
+/// the next round on SQLite), a pay settled by the workers' round
+/// (`settle_due`), one settled by a settlement batch (`settle_batch`), and a
+/// charge approved. Each payment's rows are read back whole: its movements,
+/// their kinds, accounts, amounts and times.
+async fn every_way_a_payment_settles_writes_the_ledger_rows_the_audit_expects(backend: Backend) {
+    let Some((db, store)) = store_for(backend).await else {
+        return;
+    };
+    let users = ann_with_twenty_bob_and_cy(store.as_ref()).await;
+    let (ann, bob, cy) = (&users[0], &users[1], &users[2]);
+    ledger::deposit(store.as_ref(), &cy.id, Amount::parse("10").unwrap())
+        .await
+        .unwrap();
+    let to = |user: &tally::store::User| ledger::payments::TargetAddress::UserId(user.id.clone());
+    let request = |target, amount| ledger::payments::PaymentRequest {
+        target,
+        amount: Amount::parse(amount).unwrap(),
+        note: tally::domain::Note::parse("x").unwrap(),
+        audience: tally::domain::Audience::Private,
+        medium: tally::domain::Medium::Api,
+    };
+    let due_now = std::time::Duration::ZERO;
+    let at_once = ledger::payments::create(
+        store.as_ref(),
+        ann,
+        request(to(bob), "4"),
+        None,
+        due_now,
+        now_micros(),
+    )
+    .await
+    .unwrap()
+    .payment;
+    let status = store
+        .find_payments(std::slice::from_ref(&at_once.id))
+        .await
+        .unwrap()[0]
+        .status;
+    let settled_with_its_write = backend == Backend::Postgres;
+    assert_eq!(
+        status == PaymentStatus::Settled,
+        settled_with_its_write,
+        "{status:?}"
+    );
+    let by_round = pay_four(store.as_ref(), ann, to(bob)).await.payment;
+    let by_batch = pay_four(store.as_ref(), ann, to(cy)).await.payment;
+    let charge = ledger::payments::create(
+        store.as_ref(),
+        ann,
+        request(to(cy), "-3"),
+        None,
+        LATER,
+        now_micros(),
+    )
+    .await
+    .unwrap()
+    .payment;
+    ledger::payments::update(
+        store.as_ref(),
+        cy,
+        &charge.id,
+        ledger::payments::Update::Approve,
+        None,
+        now_micros(),
+    )
+    .await
+    .unwrap();
+    let batch = [tally::store::Settlement {
+        payment_id: by_batch.id.clone(),
+        movement_id: tally::domain::new_id(),
+    }];
+    assert_eq!(
+        store.settle_payments(&batch, now_micros()).await.unwrap(),
+        vec![by_batch.id.clone()]
+    );
+    run_workers_once(store.as_ref()).await;
+
+    let ids = [&at_once, &by_round, &by_batch, &charge].map(|p| p.id.clone());
+    let payments = store.find_payments(&ids).await.unwrap();
+    assert_eq!(payments.len(), 4);
+    let mut movements = std::collections::HashSet::new();
+    for payment in &payments {
+        assert_eq!(payment.status, PaymentStatus::Settled, "{}", payment.id);
+        let created = payment.date_created;
+        let completed = payment.date_completed.unwrap();
+        let (actor, target, cents) = (
+            payment.actor_id.clone().unwrap(),
+            payment.target_user_id.clone().unwrap(),
+            payment.amount_cents,
+        );
+        let held = tally::store::accounts::HELD.to_owned();
+        let mut expected = if payment.id == charge.id {
+            vec![
+                ("charge", target, -cents, completed),
+                ("charge", actor, cents, completed),
+            ]
+        } else {
+            vec![
+                ("hold", actor, -cents, created),
+                ("hold", held.clone(), cents, created),
+                ("settle", held, -cents, completed),
+                ("settle", target, cents, completed),
+            ]
+        };
+        if payment.id == at_once.id && settled_with_its_write {
+            assert_eq!(completed, created);
+        }
+        let rows = ledger_rows(&db, &payment.id).await;
+        let mut written: Vec<(&str, String, i64, i64)> = rows
+            .iter()
+            .map(|r| (r.1.as_str(), r.2.clone(), r.3, r.4))
+            .collect();
+        expected.sort();
+        written.sort();
+        assert_eq!(written, expected, "{}", payment.id);
+        // One movement per kind, of this payment alone.
+        for kind in ["hold", "settle", "charge"] {
+            let of_kind: std::collections::HashSet<&String> =
+                rows.iter().filter(|r| r.1 == kind).map(|r| &r.0).collect();
+            assert!(of_kind.len() <= 1, "{kind} of {}: {of_kind:?}", payment.id);
+            assert!(of_kind.iter().all(|m| movements.insert((*m).clone())));
+        }
+    }
+    assert_eq!(balance_of(store.as_ref(), &ann.id).await, 2000 - 1200 + 300);
+    assert_eq!(balance_of(store.as_ref(), &bob.id).await, 800);
+    assert_eq!(balance_of(store.as_ref(), &cy.id).await, 1000 + 400 - 300);
+    assert_audit_ok(store.as_ref()).await;
+}
+
+/// A payment's ledger rows: movement id, kind, account, amount, time.
+async fn ledger_rows(db: &TestDb, payment_id: &str) -> Vec<(String, String, String, i64, i64)> {
+    use sqlx::Connection;
+    const SQL: &str = "SELECT movement_id, kind, account, amount_cents, created_at \
+        FROM ledger_entries WHERE payment_id = $1";
+    match &db.url {
+        tally::config::DatabaseUrl::Sqlite(url) => {
+            let mut conn = sqlx::SqliteConnection::connect(url).await.unwrap();
+            sqlx::query_as(SQL)
+                .bind(payment_id)
+                .fetch_all(&mut conn)
+                .await
+                .unwrap()
+        }
+        tally::config::DatabaseUrl::Postgres(url) => {
+            let mut conn = sqlx::PgConnection::connect(url).await.unwrap();
+            sqlx::query_as(SQL)
+                .bind(payment_id)
+                .fetch_all(&mut conn)
+                .await
+                .unwrap()
+        }
+    }
 }
 
 /// ann (holding 20.00), bob and cy, in that order.

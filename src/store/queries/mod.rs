@@ -36,7 +36,8 @@ type Tx = Transaction<'static, Db>;
 
 /// What a backend's connection handling gives the queries.
 pub(super) trait Connections {
-    /// Applies pending migrations.
+    /// Applies pending migrations (on PostgreSQL, then installs the database
+    /// functions of `sql/postgres/functions/`).
     async fn run_migrations(&self) -> Result<(), StoreError>;
     /// Whether the database can serve reads and writes now.
     async fn ready(&self) -> Result<(), StoreError>;

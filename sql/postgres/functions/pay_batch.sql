@@ -1,0 +1,108 @@
+-- Many pays in one round trip and one commit (PostgreSQL's pay batches,
+-- `store/pay_batcher.rs`, decision 004), each all or nothing as the one-pay
+-- statements make one: a pay its actor's balance does not cover, or whose
+-- target account (named by id and not read, `check_targets`) is missing,
+-- writes nothing and leaves the others in. The arguments are arrays, one
+-- place per pay: its payment row's columns, its hold (movement id, credited
+-- account, kind), whether to check its target, and `settle_ids`.
+--
+-- `settle_ids` holds, for each pay due for settlement the moment it is made
+-- (a pay to an account under a settlement delay of 0), the movement id of its
+-- settlement (NULL for the others). Such a pay to an active account is settled
+-- in the same transaction, at its `date_created`, by `settle_pays`: its row is
+-- written settled, so that it never enters the index of open payments. A pay
+-- to a suspended account stays pending for the workers to fail, as any pay to
+-- it.
+--
+-- The actors and the targets to credit are locked first, together, in id
+-- order and in a statement of their own, as every transaction that moves money
+-- locks users (locking and writing in one statement deadlocked: its snapshot
+-- predates the lock). The settlements are a statement after the pays: one user
+-- may be both debited (an actor) and credited (a target) in a batch, and one
+-- statement may not update a row twice. Party rows are inserted plainly: the
+-- pay's id is new and its actor is never its target.
+--
+-- One row per pay: its id and its actor's balance after it (NULL when nothing
+-- was written).
+CREATE OR REPLACE FUNCTION pay_batch(
+    ids TEXT[], kinds TEXT[], actor_ids TEXT[], target_types TEXT[],
+    target_user_ids TEXT[], target_emails TEXT[], target_phones TEXT[],
+    actions TEXT[], amounts BIGINT[], notes TEXT[], audiences TEXT[],
+    statuses TEXT[], media TEXT[], dates_created BIGINT[], dates_completed BIGINT[],
+    reached_account_ats BIGINT[], refund_payment_ids TEXT[],
+    hold_ids TEXT[], hold_accounts TEXT[], hold_kinds TEXT[], check_targets BOOLEAN[],
+    settle_ids TEXT[]
+) RETURNS TABLE (pay_id TEXT, actor_balance_cents BIGINT)
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    to_credit TEXT[];
+    active TEXT[];
+    answered TEXT[];
+    balances BIGINT[];
+    settling TEXT[];
+    settling_targets TEXT[];
+    settling_amounts BIGINT[];
+    settlements TEXT[];
+    settling_ats BIGINT[];
+BEGIN
+    to_credit := ARRAY(SELECT t FROM unnest(target_user_ids, settle_ids) AS s (t, m)
+                       WHERE m IS NOT NULL AND t IS NOT NULL);
+    SELECT array_agg(u.id) FILTER (WHERE u.id = ANY (to_credit) AND NOT u.suspended)
+    INTO active FROM (
+        SELECT id, suspended FROM users
+        WHERE id = ANY (actor_ids) OR (id = ANY (to_credit) AND NOT suspended)
+        ORDER BY id FOR NO KEY UPDATE) AS u;
+    WITH p AS (
+        SELECT u.*, (u.settle_id IS NOT NULL AND u.target_user_id = ANY (active)) AS settles
+        FROM unnest(ids, kinds, actor_ids, target_types, target_user_ids,
+            target_emails, target_phones, actions, amounts, notes, audiences, statuses,
+            media, dates_created, dates_completed, reached_account_ats, refund_payment_ids,
+            hold_ids, hold_accounts, hold_kinds, check_targets, settle_ids)
+        AS u (id, kind, actor_id, target_type, target_user_id, target_email, target_phone,
+            action, amount_cents, note, audience, status, medium, date_created,
+            date_completed, reached_account_at, refund_payment_id,
+            hold_id, hold_account, hold_kind, check_target, settle_id)),
+    debit AS (
+        UPDATE users SET balance_cents = users.balance_cents - p.amount_cents FROM p
+        WHERE users.id = p.actor_id AND users.balance_cents >= p.amount_cents
+          AND (NOT p.check_target
+               OR EXISTS (SELECT 1 FROM users t WHERE t.id = p.target_user_id))
+        RETURNING p.id, users.balance_cents),
+    made AS (
+        INSERT INTO payments (id, kind, actor_id, target_type, target_user_id, target_email,
+            target_phone, action, amount_cents, note, audience, status, medium, date_created,
+            date_completed, reached_account_at, refund_payment_id)
+        SELECT p.id, p.kind, p.actor_id, p.target_type, p.target_user_id, p.target_email,
+            p.target_phone, p.action, p.amount_cents, p.note, p.audience,
+            CASE WHEN p.settles THEN 'settled' ELSE p.status END, p.medium, p.date_created,
+            CASE WHEN p.settles THEN p.date_created ELSE p.date_completed END,
+            p.reached_account_at, p.refund_payment_id
+        FROM p JOIN debit USING (id) RETURNING payments.id),
+    entries AS (
+        INSERT INTO ledger_entries (movement_id, kind, account, amount_cents, payment_id, created_at)
+        SELECT p.hold_id, p.hold_kind, e.account, e.cents, p.id, p.date_created
+        FROM made JOIN p USING (id) CROSS JOIN LATERAL
+            (VALUES (p.actor_id, -p.amount_cents), (p.hold_account, p.amount_cents))
+            AS e (account, cents)),
+    parties AS (
+        INSERT INTO payment_parties (user_id, date_created, payment_id)
+        SELECT u.id, p.date_created, p.id FROM made JOIN p USING (id)
+        CROSS JOIN LATERAL (VALUES (p.actor_id), (p.target_user_id)) AS u (id)
+        WHERE u.id IS NOT NULL)
+    SELECT array_agg(p.id), array_agg(debit.balance_cents),
+           array_agg(p.id) FILTER (WHERE w.settles),
+           array_agg(p.target_user_id) FILTER (WHERE w.settles),
+           array_agg(p.amount_cents) FILTER (WHERE w.settles),
+           array_agg(p.settle_id) FILTER (WHERE w.settles),
+           array_agg(p.date_created) FILTER (WHERE w.settles)
+    INTO answered, balances, settling, settling_targets, settling_amounts, settlements,
+         settling_ats
+    FROM p LEFT JOIN debit USING (id)
+    CROSS JOIN LATERAL (SELECT p.settles AND debit.id IS NOT NULL) AS w (settles);
+    IF settling IS NOT NULL THEN
+        PERFORM settle_pays(settling, settling_targets, settling_amounts, settlements,
+                            settling_ats, true);
+    END IF;
+    RETURN QUERY SELECT * FROM unnest(answered, balances);
+END
+$$;
