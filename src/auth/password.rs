@@ -329,15 +329,15 @@ impl Drop for ApiRequest {
 /// `SHORTEST_REST_PER_HASH` times the hash's CPU time. So under steady
 /// sign-ins hashing goes as slowly as the wait target allows (the API keeps
 /// the most CPU a prompt sign-in leaves it), and under a flood of them it
-/// takes at most a fifth of a core. It starts again as soon as the API goes
+/// takes at most an eleventh of a core. It starts again as soon as the API goes
 /// quiet. The choice, by measurement:
 /// docs/decisions/006-password-hashing-threads.md.
 pub const REST_PER_HASH: u32 = 16;
-const SHORTEST_REST_PER_HASH: u32 = 4;
+const SHORTEST_REST_PER_HASH: u32 = 10;
 const LONGEST_REST: Duration = Duration::from_secs(1);
 /// How long a job may wait for a thread's rest: with the hash itself and the
 /// two page loads, a sign-in under a saturated API answers within a second.
-pub const JOB_WAIT_TARGET: Duration = Duration::from_millis(400);
+pub const JOB_WAIT_TARGET: Duration = Duration::from_millis(450);
 /// How often a resting thread looks whether the API went quiet.
 const REST_POLL: Duration = Duration::from_millis(5);
 /// Jobs that may wait for each hashing thread. At a few tens of milliseconds a
@@ -561,8 +561,8 @@ mod tests {
         let mut pace = Pace::default();
         // The rest follows the CPU time a hash took, not the time it waited
         // for a CPU (which the API had).
-        pace.hashed(ms(40), start);
-        assert!(ms(40) * REST_PER_HASH > JOB_WAIT_TARGET);
+        pace.hashed(ms(30), start);
+        assert!(ms(30) * REST_PER_HASH > JOB_WAIT_TARGET);
         let queued_before = start - ms(100);
         assert_eq!(
             pace.rest_left(start, true, queued_before),
@@ -571,7 +571,7 @@ mod tests {
         );
         assert_eq!(
             pace.rest_left(start, true, start - ms(2000)),
-            Some(ms(40) * SHORTEST_REST_PER_HASH),
+            Some(ms(30) * SHORTEST_REST_PER_HASH),
             "a job past its target still lets the API have the shortest rest"
         );
         // A rest is at most a second.
