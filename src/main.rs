@@ -4,7 +4,7 @@
 use clap::{Args, Parser, Subcommand};
 use std::process::ExitCode;
 use tally::admin::cli::{self as admin, Command as Admin};
-use tally::admin::{AppAdd, UserAdd};
+use tally::admin::{AppAdd, AppSet, UserAdd};
 use tally::config::Settings;
 use tally::{startup, telemetry};
 
@@ -67,6 +67,24 @@ enum AdminCommand {
     /// Copy the SQLite database to a new file, consistently, while the server
     /// runs (PostgreSQL: use pg_dump). Never overwrites a file.
     Backup { path: std::path::PathBuf },
+    /// Manage the keys that sign ID tokens (OpenID Connect).
+    #[command(subcommand)]
+    Keys(KeysCommand),
+}
+
+#[derive(Subcommand)]
+enum KeysCommand {
+    /// Make a new signing key: published at once, signing after --publish-ahead.
+    Rotate {
+        /// Only this algorithm (RS256, ES256 or EdDSA); by default each.
+        #[arg(long)]
+        alg: Option<String>,
+        /// How long the new key is published before it signs, e.g. 1h (the default) or 0s.
+        #[arg(long)]
+        publish_ahead: Option<String>,
+    },
+    /// List the signing keys and where each stands.
+    List,
 }
 
 #[derive(Subcommand)]
@@ -89,6 +107,8 @@ enum AppCommand {
     Suspend { client_id: String },
     /// Lift an app's suspension.
     Unsuspend { client_id: String },
+    /// Change an app's settings (only those named).
+    Set(AppSet),
 }
 
 #[derive(Subcommand)]
@@ -117,6 +137,11 @@ impl From<AdminCommand> for Admin {
             }
             AdminCommand::Audit => Admin::Audit,
             AdminCommand::Backup { path } => Admin::Backup(path),
+            AdminCommand::App(AppCommand::Set(input)) => Admin::AppSet(input),
+            AdminCommand::Keys(KeysCommand::Rotate { alg, publish_ahead }) => {
+                Admin::KeysRotate { alg, publish_ahead }
+            }
+            AdminCommand::Keys(KeysCommand::List) => Admin::KeysList,
         }
     }
 }

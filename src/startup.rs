@@ -54,6 +54,11 @@ pub async fn serve(settings: Settings, with_demo: bool) -> anyhow::Result<()> {
         .open_all_connections()
         .await
         .context("cannot open the database's connections")?;
+    // SPEC §10: the ID token signing keys are made on the first start.
+    crate::oauth::keys::KeyRing::new(&resolve_secret_key(&settings, store.as_ref()).await?)?
+        .ensure_first_keys(store.as_ref())
+        .await
+        .context("cannot make the ID token signing keys")?;
     let app = Application::build(settings, store.clone()).await?;
     if with_demo {
         let origin = app.public_origin();
@@ -116,6 +121,7 @@ impl Application {
         // deployment's secret key, so every instance reads every cookie.
         let cookie_key = Key::from(&Sha512::digest(secret_key.expose_secret().as_bytes()));
         let secure_cookies = public_origin.starts_with("https://");
+        let signing_keys = crate::oauth::keys::KeyRing::new(&secret_key)?;
         let workers = workers::spawn(store.clone(), (&settings).into());
         let mailer = Mailer::from_settings(&settings)?;
         let state = web::Data::new(AppState {
@@ -130,6 +136,7 @@ impl Application {
             introspection_cache: IntrospectionCache::default(),
             token_cache: TokenCache::default(),
             client_cache: ClientCache::default(),
+            signing_keys,
         });
 
         let server = HttpServer::new(move || {

@@ -33,6 +33,13 @@ pub enum Command {
     Audit,
     /// Where the copy goes; never an existing file.
     Backup(PathBuf),
+    AppSet(super::AppSet),
+    /// A new ID token signing key for the algorithm, or for each.
+    KeysRotate {
+        alg: Option<String>,
+        publish_ahead: Option<String>,
+    },
+    KeysList,
 }
 
 /// Runs `command` against the configured database and prints its answer.
@@ -89,6 +96,37 @@ pub async fn run(settings: &Settings, json: bool, command: Command) -> ExitCode 
         },
         Command::Backup(path) => report(json, operations::backup(store, &path).await, |b| {
             format!("backed up to {} ({} bytes)", b.path, b.bytes)
+        }),
+        Command::AppSet(input) => report(json, super::app_set(store, input).await, |a| {
+            format!("{}: id_token_alg={}", a.client_id, a.id_token_alg)
+        }),
+        Command::KeysRotate { alg, publish_ahead } => {
+            let rotated = match startup::resolve_secret_key(settings, store).await {
+                Ok(secret) => {
+                    super::keys_rotate(store, &secret, alg.as_deref(), publish_ahead.as_deref())
+                        .await
+                }
+                Err(e) => Err(AdminError::Unexpected(e)),
+            };
+            report(json, rotated, |r| {
+                r.keys
+                    .iter()
+                    .map(|k| format!("new {} key {}, signing from {}", k.alg, k.kid, k.signs_from))
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            })
+        }
+        Command::KeysList => report(json, super::keys_list(store).await, |l| {
+            l.keys
+                .iter()
+                .map(|k| {
+                    format!(
+                        "{} {} published={} signing={}",
+                        k.alg, k.kid, k.published, k.signing
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join("\n")
         }),
     }
 }

@@ -8,6 +8,7 @@ pub mod clients;
 pub mod credentials;
 pub mod grants;
 pub mod introspection_cache;
+pub mod keys;
 pub mod tokens;
 
 pub use tokens::{introspect, ActiveToken, IntrospectError};

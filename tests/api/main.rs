@@ -17,6 +17,7 @@ mod faults;
 mod health;
 mod oauth;
 mod oauth_hardening;
+mod oidc;
 mod openapi;
 mod pages;
 mod pages_guard;

@@ -128,6 +128,8 @@ fn statuses_every_operation_answers(method: &str, path: &str) -> BTreeSet<&'stat
     match path {
         "/openapi.json" | "/.well-known/oauth-authorization-server" => {}
         "/oauth/authorize" if method == "get" => statuses.extend(["400", "429", "503"]),
+        // The key set reads neither parameters nor a token.
+        "/oauth/jwks" => statuses.extend(["429", "503"]),
         "/oauth/authorize" => statuses.extend(["400", "403", "413", "415", "429", "503"]),
         // Token endpoints: parameters are read (400, 413, 415), clients
         // authenticated (401), the per-IP limit applies (429).
