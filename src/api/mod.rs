@@ -44,6 +44,7 @@ route_table! {
     "/revoke" => { post => oauth::revoke },
     "/introspect" => { post => oauth::introspection },
     "/jwks" => { get => oidc::jwks },
+    "/userinfo" => { get => oidc::userinfo, post => oidc::userinfo },
 }
 
 /// The OpenAPI 3.1 document of the REST API and the OAuth endpoints.

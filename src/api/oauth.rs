@@ -348,6 +348,9 @@ struct TokenResponse {
     scope: String,
     balance: Option<Money>,
     user: UserView,
+    /// OpenID Connect (SPEC §10): for a grant whose scope holds `openid`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    id_token: Option<String>,
 }
 
 /// `POST /oauth/access_token` (and `/oauth/token`).
@@ -396,7 +399,31 @@ pub async fn token(
         .scopes
         .contains(Scope::AccessBalance)
         .then(|| Money::from_cents(issued.user.balance_cents));
+    let id_token = if issued.scopes.contains(Scope::OpenId) {
+        crate::oauth::id_token::issue(
+            state.store.as_ref(),
+            &state.signing_keys,
+            crate::oauth::id_token::IdTokenFor {
+                issuer: &state.public_origin,
+                client_id: &app.client_id,
+                user_id: &issued.user.id,
+                grant_id: &issued.grant_id,
+                access_token: issued.access_token.expose(),
+                refreshed: issued.refreshed,
+            },
+        )
+        .await
+        .map_err(|e| match e {
+            crate::oauth::keys::KeyError::Store(e) => OAuthError::from(e),
+            crate::oauth::keys::KeyError::Unexpected(e) => {
+                OAuthError::from(crate::store::StoreError::Unexpected(e))
+            }
+        })?
+    } else {
+        None
+    };
     let body = TokenResponse {
+        id_token,
         access_token: issued.access_token.expose().to_owned(),
         token_type: "bearer",
         expires_in: crate::oauth::tokens::SERVER_SIDE_TTL.as_secs(),

@@ -1,7 +1,10 @@
 //! The OpenID Connect provider's JSON endpoints (SPEC §10): the public
-//! signing keys (RFC 7517).
+//! signing keys (RFC 7517) and userinfo.
 
+use super::principal::Principal;
+use super::render::UserView;
 use super::ApiError;
+use crate::domain::Scope;
 use crate::oauth::keys::KeyError;
 use crate::state::AppState;
 use actix_web::{web, HttpResponse};
@@ -19,4 +22,41 @@ impl From<KeyError> for ApiError {
 pub async fn jwks(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     let keys = state.signing_keys.jwks(state.store.as_ref()).await?;
     Ok(HttpResponse::Ok().json(keys))
+}
+
+/// `GET` and `POST /oauth/userinfo` (OpenID Connect Core §5.3): `sub` and the
+/// claims of the granted scopes; only verified addresses are released. A
+/// token without `openid` gets 403 with `error="insufficient_scope"`.
+pub async fn userinfo(principal: Principal) -> Result<HttpResponse, ApiError> {
+    principal.require(Scope::OpenId)?;
+    let user = &principal.user;
+    let mut claims = serde_json::Map::new();
+    claims.insert("sub".into(), user.id.clone().into());
+    if principal.has(Scope::Profile) {
+        let view = UserView::from(user);
+        claims.insert("name".into(), view.display_name.into());
+        if let Some(given) = view.first_name {
+            claims.insert("given_name".into(), given.into());
+        }
+        if let Some(family) = view.last_name {
+            claims.insert("family_name".into(), family.into());
+        }
+        claims.insert("preferred_username".into(), user.username.clone().into());
+        if let Some(picture) = view.profile_picture_url {
+            claims.insert("picture".into(), picture.into());
+        }
+    }
+    if principal.has(Scope::Email) {
+        if let Some(email) = user.email.as_ref().filter(|_| user.email_verified) {
+            claims.insert("email".into(), email.clone().into());
+            claims.insert("email_verified".into(), true.into());
+        }
+    }
+    if principal.has(Scope::Phone) {
+        if let Some(phone) = user.phone.as_ref().filter(|_| user.phone_verified) {
+            claims.insert("phone_number".into(), phone.clone().into());
+            claims.insert("phone_number_verified".into(), true.into());
+        }
+    }
+    Ok(HttpResponse::Ok().json(claims))
 }

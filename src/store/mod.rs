@@ -28,7 +28,7 @@ pub use oauth::{
     NewGrant, NewReveal, NewToken, PersonalToken, Presented, RefreshUse, RotatedGrant,
     SigninDecision, TokenKind, TokenRecord,
 };
-pub use oidc::{OidcStore, SigningKeyRow};
+pub use oidc::{NewOidcGrant, OidcGrant, OidcStore, SigningKeyRow};
 pub use payments::{
     DuePayment, IdempotencyKey, InsertOutcome, Move, Payment, PaymentFilter, PaymentInsert,
     RecordedToAccount, Settlement, StoredIdempotencyKey, Transition, TransitionOutcome, UserSearch,

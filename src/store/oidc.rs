@@ -1,7 +1,7 @@
 //! Storage of the OpenID Connect provider (SPEC §10): the signing keys and
 //! each app's choice of ID token algorithm.
 
-use super::StoreError;
+use super::{NewCode, NewGrant, StoreError};
 use async_trait::async_trait;
 
 /// A signing key as stored: the public half as a JWK, the private half sealed
@@ -26,6 +26,29 @@ impl std::fmt::Debug for SigningKeyRow {
     }
 }
 
+/// What an OpenID Connect authentication records with its grant.
+#[derive(Debug, Clone)]
+pub struct NewOidcGrant {
+    /// When the user signed in (microseconds).
+    pub auth_time: i64,
+    pub sid: String,
+    pub nonce: Option<String>,
+    pub acr: Option<String>,
+    /// RFC 8176 methods, space-separated.
+    pub amr: String,
+}
+
+/// The sign-in behind a grant, with the algorithm its app chose.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct OidcGrant {
+    pub auth_time: i64,
+    pub sid: String,
+    pub nonce: Option<String>,
+    pub acr: Option<String>,
+    pub amr: String,
+    pub id_token_alg: Option<String>,
+}
+
 /// The OpenID Connect provider's state.
 #[async_trait]
 pub trait OidcStore: Send + Sync {
@@ -46,4 +69,16 @@ pub trait OidcStore: Send + Sync {
 
     /// The algorithm an app chose, if it chose one.
     async fn id_token_alg(&self, client_id: &str) -> Result<Option<String>, StoreError>;
+
+    /// Stores a grant, its code and the OpenID Connect authentication behind
+    /// them, together.
+    async fn insert_grant_with_code_and_oidc(
+        &self,
+        grant: &NewGrant,
+        code: &NewCode,
+        oidc: &NewOidcGrant,
+    ) -> Result<(), StoreError>;
+
+    /// The OpenID Connect authentication behind a grant, if it was one.
+    async fn oidc_grant(&self, grant_id: &str) -> Result<Option<OidcGrant>, StoreError>;
 }

@@ -1242,7 +1242,8 @@ async fn the_metadata_document_lists_every_endpoint(backend: Backend) {
         format!("{}/v1/oauth/introspect", app.origin)
     );
     assert_eq!(body["code_challenge_methods_supported"], json!(["S256"]));
-    assert_eq!(body["scopes_supported"].as_array().unwrap().len(), 8);
+    // The Venmo scopes and OpenID Connect's openid, profile, email, phone.
+    assert_eq!(body["scopes_supported"].as_array().unwrap().len(), 12);
     // A known OAuth path with another method: JSON 405; an unknown one: JSON 404.
     for (method, path, status, code) in [
         (

@@ -1,7 +1,9 @@
 //! The OpenID Connect provider's state: signing keys and apps' choices.
 
 use super::{Connections, ThisStore};
-use crate::store::{OidcStore, SigningKeyRow, StoreError};
+use crate::store::{
+    NewCode, NewGrant, NewOidcGrant, OidcGrant, OidcStore, SigningKeyRow, StoreError,
+};
 
 #[async_trait::async_trait]
 impl OidcStore for ThisStore {
@@ -65,5 +67,44 @@ impl OidcStore for ThisStore {
                 .fetch_optional(&mut *self.lease().await?)
                 .await?,
         )
+    }
+
+    #[tracing::instrument(skip_all)]
+    async fn insert_grant_with_code_and_oidc(
+        &self,
+        grant: &NewGrant,
+        code: &NewCode,
+        oidc: &NewOidcGrant,
+    ) -> Result<(), StoreError> {
+        let mut tx = self.write().await?;
+        super::oauth::insert_grant(&mut tx, grant).await?;
+        super::oauth::insert_code(&mut tx, &grant.id, code).await?;
+        sqlx::query(
+            "INSERT INTO oidc_grants (grant_id, auth_time, sid, nonce, acr, amr) \
+             VALUES ($1, $2, $3, $4, $5, $6)",
+        )
+        .bind(&grant.id)
+        .bind(oidc.auth_time)
+        .bind(&oidc.sid)
+        .bind(&oidc.nonce)
+        .bind(&oidc.acr)
+        .bind(&oidc.amr)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    #[tracing::instrument(skip_all)]
+    async fn oidc_grant(&self, grant_id: &str) -> Result<Option<OidcGrant>, StoreError> {
+        Ok(sqlx::query_as::<_, OidcGrant>(
+            "SELECT o.auth_time, o.sid, o.nonce, o.acr, o.amr, c.id_token_alg \
+             FROM oidc_grants o JOIN oauth_grants g ON g.id = o.grant_id \
+             LEFT JOIN oidc_clients c ON c.client_id = g.client_id \
+             WHERE o.grant_id = $1",
+        )
+        .bind(grant_id)
+        .fetch_optional(&mut *self.lease().await?)
+        .await?)
     }
 }
