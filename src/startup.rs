@@ -208,6 +208,10 @@ fn routes(cfg: &mut web::ServiceConfig, extra_pages: pages::ExtraPages) {
             "/.well-known/oauth-authorization-server",
             web::get().to(api::oauth::metadata),
         )
+        .route(
+            "/.well-known/openid-configuration",
+            web::get().to(api::oidc::discovery),
+        )
         .service(
             web::scope("/v1")
                 .wrap(from_fn(api::no_store))

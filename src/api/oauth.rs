@@ -535,23 +535,47 @@ pub async fn introspection(
 
 /// `GET /.well-known/oauth-authorization-server` (RFC 8414), at the origin.
 pub async fn metadata(state: web::Data<AppState>) -> HttpResponse {
-    let origin = &state.public_origin;
+    HttpResponse::Ok().json(server_metadata(&state.public_origin))
+}
+
+/// The authorization server's metadata: RFC 8414's document and OpenID
+/// Connect Discovery 1.0's are this one, with one issuer (the public origin,
+/// every ID token's `iss` too). Only endpoints that exist are named.
+pub fn server_metadata(origin: &str) -> serde_json::Value {
     let oauth = format!("{origin}/v1/oauth");
     let scopes: Vec<&str> = Scope::ALL.iter().map(|s| s.as_str()).collect();
-    HttpResponse::Ok().json(serde_json::json!({
+    let algs: Vec<&str> = crate::oauth::keys::IdTokenAlg::ALL
+        .iter()
+        .map(|a| a.as_str())
+        .collect();
+    serde_json::json!({
         "issuer": origin,
         "authorization_endpoint": format!("{oauth}/authorize"),
         "token_endpoint": format!("{oauth}/access_token"),
+        "userinfo_endpoint": format!("{oauth}/userinfo"),
+        "jwks_uri": format!("{oauth}/jwks"),
         "revocation_endpoint": format!("{oauth}/revoke"),
         "introspection_endpoint": format!("{oauth}/introspect"),
         "scopes_supported": scopes,
-        "response_types_supported": ["token", "code"],
+        "response_types_supported": ["code", "token"],
         "response_modes_supported": ["query"],
         "grant_types_supported": ["authorization_code", "refresh_token", "implicit"],
+        "subject_types_supported": ["public"],
+        "id_token_signing_alg_values_supported": algs,
+        "claims_supported": [
+            "iss", "sub", "aud", "exp", "iat", "auth_time", "nonce", "at_hash", "amr", "acr",
+            "sid", "name", "given_name", "family_name", "preferred_username", "picture",
+            "email", "email_verified", "phone_number", "phone_number_verified",
+        ],
+        "prompt_values_supported": ["none", "login", "consent"],
+        "acr_values_supported": ["pwd", "mfa"],
+        "claims_parameter_supported": false,
+        "request_parameter_supported": false,
+        "request_uri_parameter_supported": false,
         "token_endpoint_auth_methods_supported": ["client_secret_basic", "client_secret_post"],
         "revocation_endpoint_auth_methods_supported": ["client_secret_basic", "client_secret_post"],
         "introspection_endpoint_auth_methods_supported": ["client_secret_basic", "client_secret_post"],
         "code_challenge_methods_supported": ["S256"],
         "authorization_response_iss_parameter_supported": true,
-    }))
+    })
 }

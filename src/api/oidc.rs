@@ -18,6 +18,12 @@ impl From<KeyError> for ApiError {
     }
 }
 
+/// `GET /.well-known/openid-configuration` (OpenID Connect Discovery 1.0), at
+/// the origin: the same document as RFC 8414's.
+pub async fn discovery(state: web::Data<AppState>) -> HttpResponse {
+    HttpResponse::Ok().json(super::oauth::server_metadata(&state.public_origin))
+}
+
 /// `GET /oauth/jwks`: the published keys, each with `kid`, `use` and `alg`.
 pub async fn jwks(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     let keys = state.signing_keys.jwks(state.store.as_ref()).await?;

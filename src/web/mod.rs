@@ -74,6 +74,7 @@ fn page_routes(cfg: &mut web::ServiceConfig) {
         get "/developer/apps/{client_id}" => developer::show_app,
         post "/developer/apps/{client_id}" => developer::update_app,
         post "/developer/apps/{client_id}/secret" => developer::rotate_secret,
+        post "/developer/apps/{client_id}/id-token-alg" => developer::set_id_token_alg,
         post "/developer/token" => developer::personal_token,
         get "/demo/callback" => demo::callback,
     }

@@ -9,6 +9,8 @@ on_both_backends!(
     the_database_holds_no_private_key_in_the_clear,
     a_rotated_key_is_published_at_once_and_listed_with_when_it_signs,
     an_apps_id_token_algorithm_is_set_by_the_operator,
+    the_discovery_document_names_one_issuer_and_only_endpoints_that_exist,
+    the_developer_tab_chooses_an_apps_id_token_algorithm,
 );
 
 /// The deployment's secret key in these tests, given to the server and to
@@ -305,5 +307,155 @@ async fn an_apps_id_token_algorithm_is_set_by_the_operator(backend: Backend) {
             .unwrap()
             .as_deref(),
         Some("ES256")
+    );
+}
+
+async fn the_discovery_document_names_one_issuer_and_only_endpoints_that_exist(backend: Backend) {
+    let Some(app) = spawn_oidc(backend).await else {
+        return;
+    };
+    let get = |path: &str| app.http.get(app.url(path)).send();
+    let discovery: Value = get("/.well-known/openid-configuration")
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let rfc8414: Value = get("/.well-known/oauth-authorization-server")
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    // One issuer everywhere: the public origin (every ID token's iss too,
+    // checked where ID tokens are).
+    assert_eq!(discovery["issuer"], app.origin);
+    assert_eq!(rfc8414["issuer"], app.origin);
+    assert_eq!(discovery, rfc8414);
+    let oauth = format!("{}/v1/oauth", app.origin);
+    assert_eq!(discovery["userinfo_endpoint"], format!("{oauth}/userinfo"));
+    assert_eq!(discovery["jwks_uri"], format!("{oauth}/jwks"));
+    assert_eq!(
+        discovery["subject_types_supported"],
+        serde_json::json!(["public"])
+    );
+    assert_eq!(
+        discovery["id_token_signing_alg_values_supported"],
+        serde_json::json!(["RS256", "ES256", "EdDSA"])
+    );
+    assert_eq!(
+        discovery["prompt_values_supported"],
+        serde_json::json!(["none", "login", "consent"])
+    );
+    assert!(discovery["acr_values_supported"]
+        .as_array()
+        .unwrap()
+        .contains(&serde_json::json!("mfa")));
+    for scope in ["openid", "profile", "email", "phone"] {
+        assert!(
+            discovery["scopes_supported"]
+                .as_array()
+                .unwrap()
+                .contains(&serde_json::json!(scope)),
+            "{scope}"
+        );
+    }
+    for claim in [
+        "sub",
+        "auth_time",
+        "nonce",
+        "at_hash",
+        "amr",
+        "acr",
+        "sid",
+        "email",
+    ] {
+        assert!(
+            discovery["claims_supported"]
+                .as_array()
+                .unwrap()
+                .contains(&serde_json::json!(claim)),
+            "{claim}"
+        );
+    }
+    assert_eq!(
+        discovery["code_challenge_methods_supported"],
+        serde_json::json!(["S256"])
+    );
+    // Only endpoints that exist are named, and each one answers.
+    let mut named = 0;
+    for (field, value) in discovery.as_object().unwrap() {
+        let Some(url) = value
+            .as_str()
+            .filter(|_| field.ends_with("_endpoint") || field == "jwks_uri")
+        else {
+            continue;
+        };
+        named += 1;
+        let status = if field == "token_endpoint"
+            || field.starts_with("revocation")
+            || field.starts_with("introspection")
+        {
+            app.http.post(url).send().await.unwrap().status()
+        } else {
+            app.http.get(url).send().await.unwrap().status()
+        };
+        assert_ne!(status, 404, "{field} {url}");
+        assert_ne!(status, 405, "{field} {url}");
+    }
+    assert_eq!(named, 6);
+    for missing in ["end_session_endpoint", "device_authorization_endpoint"] {
+        assert!(discovery.get(missing).is_none(), "{missing}");
+    }
+}
+
+async fn the_developer_tab_chooses_an_apps_id_token_algorithm(backend: Backend) {
+    use crate::browser::{set, Browser};
+    let Some(app) = spawn_oidc(backend).await else {
+        return;
+    };
+    let f = crate::oauth_fixture::fixture(&app).await;
+    let browser = Browser::new(&app.origin);
+    let signin = browser.get("/signin").await;
+    let signed_in = browser
+        .sign_in(&signin, &f.username, crate::oauth_fixture::PASSWORD)
+        .await;
+    assert_eq!(signed_in.status, 303);
+    let page_path = format!("/developer/apps/{}", f.client_id);
+    let page = browser.get(&page_path).await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    let action = format!("/developer/apps/{}/id-token-alg", f.client_id);
+    let mut fields = page.form(&action);
+    // RS256 until the app chooses.
+    assert!(
+        fields.contains(&("id_token_alg".to_owned(), "RS256".to_owned())),
+        "{fields:?}"
+    );
+    set(&mut fields, "id_token_alg", "EdDSA");
+    let saved = browser.post(&action, &fields).await;
+    assert_eq!(saved.status, 303, "{}", saved.body);
+    assert_eq!(
+        app.store
+            .id_token_alg(&f.client_id)
+            .await
+            .unwrap()
+            .as_deref(),
+        Some("EdDSA")
+    );
+    let page = browser.get(&page_path).await;
+    assert!(page
+        .form(&action)
+        .contains(&("id_token_alg".to_owned(), "EdDSA".to_owned())));
+    // Anything else is refused and changes nothing.
+    set(&mut fields, "id_token_alg", "HS256");
+    let refused = browser.post(&action, &fields).await;
+    assert_eq!(refused.status, 400);
+    assert_eq!(
+        app.store
+            .id_token_alg(&f.client_id)
+            .await
+            .unwrap()
+            .as_deref(),
+        Some("EdDSA")
     );
 }
