@@ -18,6 +18,7 @@ mod health;
 mod oauth;
 mod oauth_hardening;
 mod oidc;
+mod oidc_clients;
 mod oidc_flow;
 mod openapi;
 mod pages;
