@@ -393,6 +393,8 @@ async fn start_tally(url: &DatabaseUrl) -> (String, Arc<dyn Store>) {
     settings.api_rate_limit = std::num::NonZeroU32::MAX;
     settings.oauth_rate_limit = std::num::NonZeroU32::MAX;
     settings.database_url = url.clone();
+    // Required on PostgreSQL (SQLite makes a key file beside its database).
+    settings.secret_key = Some("tally-bench-secret-key-0123456789abcdef0123456789".into());
     let store = startup::open_store(&settings).await.unwrap();
     let app = Application::build(settings, store.clone()).await.unwrap();
     let origin = app.public_origin().to_owned();
@@ -410,9 +412,6 @@ async fn seed(url: &DatabaseUrl) -> Seeded {
     let payee = user(store, &hasher, &format!("payee{suffix}")).await;
     admin::deposit(store, &payer_name, "1000000").await.unwrap();
     let scopes = ScopeSet::parse("access_profile access_balance make_payments").unwrap();
-    let token = oauth::tokens::issue_personal_access_token(store, &payer, &scopes)
-        .await
-        .unwrap();
     let app = admin::app_add(
         store,
         admin::AppAdd {
@@ -422,6 +421,18 @@ async fn seed(url: &DatabaseUrl) -> Seeded {
             description: None,
             site_url: None,
         },
+    )
+    .await
+    .unwrap();
+    // The app's own token: introspection answers an app about its own tokens
+    // only (SPEC §6).
+    let token = oauth::tokens::issue_access_token(
+        store,
+        &payer,
+        Some(&app.client_id),
+        &scopes,
+        "code",
+        oauth::tokens::SERVER_SIDE_TTL,
     )
     .await
     .unwrap();

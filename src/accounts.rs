@@ -1,7 +1,7 @@
 //! Account use cases: creating accounts (the rules every way in, operator
 //! command and sign-up, shares) and changing an account's addresses.
 
-use crate::auth::password::PasswordHasher;
+use crate::auth::password::{Busy, HashError, PasswordHasher, Requester};
 use crate::auth::throttle::{confirm_password, Attempt, Confirmation};
 use crate::domain::{new_id, now_micros, Email, Password, Phone, Username};
 use crate::mailer::Mailer;
@@ -47,6 +47,8 @@ pub enum CreateAccountError {
     #[error("{0} is already taken")]
     Taken(&'static str),
     #[error(transparent)]
+    Busy(#[from] Busy),
+    #[error(transparent)]
     Store(StoreError),
     #[error(transparent)]
     Unexpected(#[from] anyhow::Error),
@@ -56,8 +58,19 @@ pub enum CreateAccountError {
 pub async fn create(
     store: &dyn Store,
     hasher: &PasswordHasher,
+    requester: &Requester,
     account: NewAccount,
 ) -> Result<User, CreateAccountError> {
+    // Everything that could refuse the account is checked before the hash
+    // (SPEC §9): a flood of sign-ups for a taken name costs no hashing. The
+    // insert's unique keys still decide a race between two sign-ups.
+    let username_holder = store
+        .find_user(UserKey::Username(account.username.as_str()))
+        .await
+        .map_err(CreateAccountError::Store)?;
+    if username_holder.is_some() {
+        return Err(CreateAccountError::Taken("username"));
+    }
     if let Some(field) =
         verified_elsewhere(store, account.email.as_ref(), account.phone.as_ref(), None)
             .await
@@ -65,7 +78,13 @@ pub async fn create(
     {
         return Err(CreateAccountError::Taken(field));
     }
-    let password_hash = hasher.hash(&account.password).await?;
+    let password_hash = hasher
+        .hash(requester, &account.password)
+        .await
+        .map_err(|e| match e {
+            HashError::Busy(busy) => CreateAccountError::Busy(busy),
+            HashError::Unexpected(e) => CreateAccountError::Unexpected(e),
+        })?;
     let user = store
         .insert_user(&NewUser {
             id: new_id(),
@@ -125,6 +144,8 @@ pub enum ChangeContactsError {
     /// Too many wrong passwords lately: nothing was checked.
     #[error("too many attempts")]
     Wait(Duration),
+    #[error(transparent)]
+    Busy(#[from] Busy),
     #[error("that is not the account's password")]
     WrongPassword,
     /// Another account has verified this address (`"email"` or `"phone"`).
@@ -139,8 +160,10 @@ pub enum ChangeContactsError {
 /// A request to change an account's e-mail address and phone number.
 pub struct ContactChange<'a> {
     pub user: &'a User,
-    /// Where the request comes from, for the password throttle.
+    /// Where the request comes from, for the password throttle and the
+    /// limit on verification sends.
     pub from: IpAddr,
+    pub requester: Requester,
     pub password: &'a str,
     /// The new addresses, or `None` when the form's were refused: the password
     /// is still checked (and counted), so the person learns every mistake at once.
@@ -171,7 +194,7 @@ pub async fn change_contacts(
     change: ContactChange<'_>,
 ) -> Result<ContactsChanged, ChangeContactsError> {
     let user = change.user;
-    let attempt = Attempt::new(&user.id, change.from);
+    let attempt = Attempt::new(&user.id, change.from).waited_on_by(change.requester);
     match confirm_password(
         store,
         hasher,
@@ -184,6 +207,7 @@ pub async fn change_contacts(
         Confirmation::Confirmed => {}
         Confirmation::Refused => return Err(ChangeContactsError::WrongPassword),
         Confirmation::Wait(wait) => return Err(ChangeContactsError::Wait(wait)),
+        Confirmation::Busy => return Err(Busy.into()),
     }
     let Some((email, phone)) = change.wanted else {
         return Ok(ContactsChanged::PasswordOnly);
@@ -207,7 +231,7 @@ pub async fn change_contacts(
         Err(StoreError::Conflict(field)) => return Err(ChangeContactsError::Taken(field)),
         Err(other) => return Err(other.into()),
     };
-    let links = verification::send_links(store, mailer, public_origin, &updated).await;
+    let links = verification::send_links(store, mailer, public_origin, &updated, change.from).await;
     Ok(ContactsChanged::Saved(links))
 }
 

@@ -31,6 +31,9 @@ impl DatabaseUrl {
     }
 }
 
+/// The shortest `TALLY_SECRET_KEY` (or key file) taken.
+pub const SECRET_KEY_MIN_CHARS: usize = 32;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DeveloperSignup {
     Open,
@@ -49,6 +52,10 @@ pub struct TlsFiles {
     pub key: PathBuf,
 }
 
+/// How long after its headers a request's body must have arrived whole
+/// (SPEC §9); `Settings::body_deadline`, which tests shorten.
+pub const BODY_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
+
 #[derive(Debug, Clone)]
 pub struct Settings {
     pub database_url: DatabaseUrl,
@@ -56,7 +63,8 @@ pub struct Settings {
     /// The origin clients see; `None` means `http(s)://` + the bound address.
     pub public_url: Option<Url>,
     pub tls: Option<TlsFiles>,
-    /// When unset, a key is generated and kept in the database on first start.
+    /// When unset: on SQLite the key file beside the database, made on the
+    /// first start; on PostgreSQL the start is refused (see `secret_key.rs`).
     pub secret_key: Option<SecretString>,
     pub settlement_delay: Duration,
     pub unclaimed_expiry: Duration,
@@ -67,8 +75,20 @@ pub struct Settings {
     pub api_rate_limit: NonZeroU32,
     /// OAuth endpoint requests a minute per client IP.
     pub oauth_rate_limit: NonZeroU32,
+    /// Sign-ups a minute per client IP.
+    pub signup_rate_limit: NonZeroU32,
+    /// Password checks and hashes that may wait at once (queued or being
+    /// hashed); `None`: 16 for each hashing thread.
+    pub password_queue: Option<usize>,
+    /// API requests a minute per client IP whose token is unknown, malformed
+    /// or dead.
+    pub bad_token_rate_limit: NonZeroU32,
     /// How verification links are sent: `None` writes them to the log.
     pub smtp: Option<SmtpSettings>,
+    /// How long a request's body may take to arrive after its headers:
+    /// always `BODY_DEADLINE` (no variable sets it); tests shorten it.
+    #[doc(hidden)]
+    pub body_deadline: Duration,
 }
 
 /// An SMTP server to send mail through (`TALLY_SMTP_URL`, `TALLY_MAIL_FROM`).
@@ -171,10 +191,10 @@ impl Settings {
             .transpose()?;
 
         let secret_key = match get("TALLY_SECRET_KEY") {
-            Some(key) if key.len() < 32 => {
+            Some(key) if key.len() < SECRET_KEY_MIN_CHARS => {
                 return Err(bad(
                     "TALLY_SECRET_KEY",
-                    "must be at least 32 characters long".into(),
+                    format!("must be at least {SECRET_KEY_MIN_CHARS} characters long"),
                 ))
             }
             Some(key) => Some(SecretString::from(key)),
@@ -226,6 +246,22 @@ impl Settings {
 
         let api_rate_limit = per_minute(&get, "TALLY_API_RATE_LIMIT", 600)?;
         let oauth_rate_limit = per_minute(&get, "TALLY_OAUTH_RATE_LIMIT", 300)?;
+        let signup_rate_limit = per_minute(&get, "TALLY_SIGNUP_RATE_LIMIT", 10)?;
+        let password_queue = match get("TALLY_PASSWORD_QUEUE") {
+            None => None,
+            Some(text) => Some(
+                text.trim()
+                    .parse::<NonZeroU32>()
+                    .map(|n| n.get() as usize)
+                    .map_err(|_| {
+                        bad(
+                            "TALLY_PASSWORD_QUEUE",
+                            format!("'{text}' is not a positive number of passwords"),
+                        )
+                    })?,
+            ),
+        };
+        let bad_token_rate_limit = per_minute(&get, "TALLY_BAD_TOKEN_RATE_LIMIT", 60)?;
 
         let smtp = smtp_settings(&get)?;
 
@@ -242,7 +278,11 @@ impl Settings {
             log_format,
             api_rate_limit,
             oauth_rate_limit,
+            signup_rate_limit,
+            password_queue,
+            bad_token_rate_limit,
             smtp,
+            body_deadline: BODY_DEADLINE,
         })
     }
 
@@ -388,6 +428,7 @@ mod tests {
         assert_eq!(s.public_origin(s.listen), "http://127.0.0.1:8080");
         assert_eq!(s.settlement_delay, Duration::ZERO);
         assert_eq!(s.unclaimed_expiry, Duration::from_secs(30 * 86_400));
+        assert_eq!(s.body_deadline, Duration::from_secs(10));
         assert_eq!(s.developer_signup, DeveloperSignup::Open);
         assert!(s.smtp.is_none());
         Ok(())
@@ -437,6 +478,7 @@ mod tests {
             ("TALLY_LOG_FORMAT", "xml"),
             ("TALLY_API_RATE_LIMIT", "0"),
             ("TALLY_OAUTH_RATE_LIMIT", "lots"),
+            ("TALLY_BAD_TOKEN_RATE_LIMIT", "0"),
             ("TALLY_TLS_CERT", "/nonexistent.pem"),
             ("TALLY_SMTP_URL", "mail.example.com"),
             ("TALLY_MAIL_FROM", "tally@example.com"),

@@ -1,7 +1,7 @@
 //! `tally demo`: demo users, friendships, balances and one app, created once.
 
 use crate::accounts::{self, CreateAccountError, NewAccount};
-use crate::auth::password::PasswordHasher;
+use crate::auth::password::{PasswordHasher, Requester};
 use crate::domain::{now_micros, Amount, Email, Password, Phone, Username};
 use crate::ledger;
 use crate::oauth::credentials::{self, CredentialKind};
@@ -92,6 +92,7 @@ pub async fn seed(
                 let created = accounts::create(
                     store,
                     hasher,
+                    &Requester::default(),
                     NewAccount {
                         username: Username::parse(demo.username)?,
                         password: Password::parse(DEMO_PASSWORD)?,

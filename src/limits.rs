@@ -1,17 +1,22 @@
 //! Request rate limits (SPEC §9): per token on the REST API, per client IP on the
-//! OAuth endpoints. Counted in each instance's memory: with several instances
+//! OAuth endpoints and on sign-ups, and per client IP on requests whose token
+//! does not work. Counted in each instance's memory: with several instances
 //! behind a balancer, a client may get up to that many times the limit.
 
 use governor::clock::{Clock, DefaultClock};
+use governor::middleware::StateInformationMiddleware;
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
+use quick_cache::sync::Cache;
 use std::hash::Hash;
 use std::net::IpAddr;
 use std::num::NonZeroU32;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 pub struct RateLimits {
     api: DefaultKeyedRateLimiter<String>,
     oauth: DefaultKeyedRateLimiter<IpAddr>,
+    signup: DefaultKeyedRateLimiter<IpAddr>,
+    bad_tokens: BadTokens,
 }
 
 /// Keys seen are forgotten once their buckets are full again, whenever this many
@@ -19,11 +24,23 @@ pub struct RateLimits {
 const RETAIN_ABOVE: usize = 10_000;
 
 impl RateLimits {
-    pub fn new(api_per_minute: NonZeroU32, oauth_per_minute: NonZeroU32) -> Self {
+    pub fn new(
+        api_per_minute: NonZeroU32,
+        oauth_per_minute: NonZeroU32,
+        signup_per_minute: NonZeroU32,
+        bad_tokens_per_minute: NonZeroU32,
+    ) -> Self {
         Self {
             api: RateLimiter::keyed(Quota::per_minute(api_per_minute)),
             oauth: RateLimiter::keyed(Quota::per_minute(oauth_per_minute)),
+            signup: RateLimiter::keyed(Quota::per_minute(signup_per_minute)),
+            bad_tokens: BadTokens::new(bad_tokens_per_minute),
         }
+    }
+
+    /// The limit on requests whose token does not work.
+    pub fn bad_tokens(&self) -> &BadTokens {
+        &self.bad_tokens
     }
 
     /// `Err(wait)` when the token (by its digest) has used up its quota.
@@ -33,6 +50,10 @@ impl RateLimits {
 
     pub fn check_oauth(&self, ip: IpAddr) -> Result<(), Duration> {
         check(&self.oauth, &ip)
+    }
+
+    pub fn check_signup(&self, ip: IpAddr) -> Result<(), Duration> {
+        check(&self.signup, &ip)
     }
 }
 
@@ -46,4 +67,137 @@ fn check<K: Hash + Eq + Clone>(
     limiter
         .check_key(key)
         .map_err(|not_until| not_until.wait_time_from(DefaultClock::default().now()))
+}
+
+/// Requests whose token is unknown, malformed or dead, per client IP (SPEC
+/// §9). Only such failures count; past the allowance a client's next token
+/// that is not known to work is refused before the store is asked, so random
+/// tokens cannot make the database read for them.
+///
+/// governor can tell how much allowance a key has left only while counting,
+/// so an IP whose last failure took its last cell is noted as spent, until
+/// one cell's interval later (when GCRA lets at least one more through).
+/// Tokens found live lately are noted too: their owners go on while their IP
+/// is held back (a token is live or not whoever presents it, and no one
+/// guesses a live token's digest).
+pub struct BadTokens {
+    failures: DefaultKeyedRateLimiter<IpAddr, StateInformationMiddleware>,
+    /// IPs with no allowance left, each until when.
+    spent: Cache<IpAddr, Instant>,
+    /// The leading 64 bits of the digests of tokens found live lately.
+    live: Cache<u64, ()>,
+    /// How long one failure's cell takes to come back.
+    cell: Duration,
+}
+
+/// IPs remembered as spent; the least used go first (such an IP then gets one
+/// more look-up before it is noted again).
+const SPENT_CAPACITY: usize = 16_384;
+/// Live tokens remembered (8 bytes each, and the cache's own overhead).
+const LIVE_CAPACITY: usize = 65_536;
+
+impl BadTokens {
+    pub fn new(per_minute: NonZeroU32) -> Self {
+        let quota = Quota::per_minute(per_minute);
+        Self {
+            failures: RateLimiter::keyed(quota).with_middleware::<StateInformationMiddleware>(),
+            spent: Cache::new(SPENT_CAPACITY),
+            live: Cache::new(LIVE_CAPACITY),
+            cell: quota.replenish_interval(),
+        }
+    }
+
+    /// Asked before the token with this digest is looked up in the store:
+    /// `Err(wait)` when `ip` has no allowance left and the token is not one
+    /// found live lately. Counts nothing.
+    pub fn admit(&self, ip: IpAddr, token_digest: &str) -> Result<(), Duration> {
+        let Some(until) = self.spent.get(&ip) else {
+            return Ok(());
+        };
+        let now = Instant::now();
+        if until <= now {
+            self.spent.remove(&ip);
+            return Ok(());
+        }
+        if self.live.get(&live_key(token_digest)).is_some() {
+            return Ok(());
+        }
+        Err(until - now)
+    }
+
+    /// Counts a request from `ip` whose token did not work (its digest, when
+    /// it had one). `Err(wait)` when the request was past the allowance.
+    pub fn failed(&self, ip: IpAddr, token_digest: Option<&str>) -> Result<(), Duration> {
+        if let Some(digest) = token_digest {
+            self.live.remove(&live_key(digest));
+        }
+        if self.failures.len() > RETAIN_ABOVE {
+            self.failures.retain_recent();
+        }
+        let now = Instant::now();
+        match self.failures.check_key(&ip) {
+            Ok(state) => {
+                if state.remaining_burst_capacity() == 0 {
+                    self.spent.insert(ip, now + self.cell);
+                }
+                Ok(())
+            }
+            Err(not_until) => {
+                let wait = not_until.wait_time_from(DefaultClock::default().now());
+                self.spent.insert(ip, now + wait.max(self.cell));
+                Err(wait.max(self.cell))
+            }
+        }
+    }
+
+    /// Notes a token (by its digest) found live.
+    pub fn found_live(&self, token_digest: &str) {
+        let key = live_key(token_digest);
+        if self.live.get(&key).is_none() {
+            self.live.insert(key, ());
+        }
+    }
+}
+
+/// A digest's leading 64 bits (its first 16 hex digits).
+fn live_key(token_digest: &str) -> u64 {
+    token_digest
+        .get(..16)
+        .and_then(|hex| u64::from_str_radix(hex, 16).ok())
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DIGEST: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+    const OTHER: &str = "fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210";
+
+    #[test]
+    fn an_ip_is_held_back_after_its_allowance_of_failures_and_live_tokens_go_on() {
+        let limits = BadTokens::new(NonZeroU32::MIN.saturating_add(2));
+        let ip = IpAddr::V4(std::net::Ipv4Addr::new(192, 0, 2, 1));
+        let neighbour = IpAddr::V4(std::net::Ipv4Addr::new(192, 0, 2, 2));
+        limits.found_live(DIGEST);
+        for _ in 0..3 {
+            assert_eq!(limits.admit(ip, OTHER), Ok(()));
+            assert_eq!(limits.failed(ip, Some(OTHER)), Ok(()));
+        }
+        // Three a minute: a cell comes back in 20 seconds.
+        let held = limits.admit(ip, OTHER);
+        assert!(
+            matches!(held, Err(wait) if wait > Duration::ZERO && wait <= Duration::from_secs(20)),
+            "{held:?}"
+        );
+        assert_eq!(limits.admit(ip, DIGEST), Ok(()), "a live token goes on");
+        assert_eq!(limits.admit(neighbour, OTHER), Ok(()), "other IPs go on");
+        assert!(
+            limits.failed(ip, None).is_err(),
+            "a failure past it is refused"
+        );
+        // A live token that stops working loses its pass.
+        assert!(limits.failed(ip, Some(DIGEST)).is_err());
+        assert!(limits.admit(ip, DIGEST).is_err());
+    }
 }

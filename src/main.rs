@@ -4,7 +4,7 @@
 use clap::{Args, Parser, Subcommand};
 use std::process::ExitCode;
 use tally::admin::cli::{self as admin, Command as Admin};
-use tally::admin::{AppAdd, AppSet, UserAdd};
+use tally::admin::{AppAdd, UserAdd};
 use tally::config::Settings;
 use tally::{startup, telemetry};
 
@@ -107,8 +107,39 @@ enum AppCommand {
     Suspend { client_id: String },
     /// Lift an app's suspension.
     Unsuspend { client_id: String },
-    /// Change an app's settings (only those named).
+    /// Change an app's settings (only those named; at least one).
     Set(AppSet),
+}
+
+#[derive(Args)]
+#[command(group(clap::ArgGroup::new("setting").required(true).multiple(true)))]
+struct AppSet {
+    client_id: String,
+    /// Make the app a resource server: introspection answers it about tokens
+    /// issued to any app, not only its own.
+    #[arg(long, group = "setting", conflicts_with = "no_introspect_any")]
+    introspect_any: bool,
+    /// Introspection answers the app about its own tokens only (the default).
+    #[arg(long, group = "setting")]
+    no_introspect_any: bool,
+    /// The algorithm of the app's ID tokens: RS256 (the default), ES256 or EdDSA.
+    #[arg(long, group = "setting", value_name = "ALG")]
+    id_token_alg: Option<String>,
+}
+
+impl From<AppSet> for tally::admin::AppSet {
+    fn from(set: AppSet) -> Self {
+        let introspect_any = match (set.introspect_any, set.no_introspect_any) {
+            (true, _) => Some(true),
+            (false, true) => Some(false),
+            (false, false) => None,
+        };
+        Self {
+            client_id: set.client_id,
+            introspect_any,
+            id_token_alg: set.id_token_alg,
+        }
+    }
 }
 
 #[derive(Subcommand)]
@@ -131,13 +162,13 @@ impl From<AdminCommand> for Admin {
             AdminCommand::App(AppCommand::Unsuspend { client_id }) => {
                 Admin::AppUnsuspend(client_id)
             }
+            AdminCommand::App(AppCommand::Set(set)) => Admin::AppSet(set.into()),
             AdminCommand::Deposit { username, amount } => Admin::Deposit { username, amount },
             AdminCommand::Friend(FriendCommand::Add { first, second }) => {
                 Admin::FriendAdd(first, second)
             }
             AdminCommand::Audit => Admin::Audit,
             AdminCommand::Backup { path } => Admin::Backup(path),
-            AdminCommand::App(AppCommand::Set(input)) => Admin::AppSet(input),
             AdminCommand::Keys(KeysCommand::Rotate { alg, publish_ahead }) => {
                 Admin::KeysRotate { alg, publish_ahead }
             }

@@ -6,9 +6,9 @@ use crate::auth::password::PasswordHasher;
 use crate::auth::usage::GrantUsage;
 use crate::config::{Settings, TlsFiles};
 use crate::demo;
+use crate::edge;
 use crate::limits::RateLimits;
 use crate::mailer::Mailer;
-use crate::oauth::credentials;
 use crate::oauth::introspection_cache::{ClientCache, IntrospectionCache, TokenCache};
 use crate::state::{AppState, MAX_BODY_BYTES};
 use crate::store::{self, Store};
@@ -54,12 +54,8 @@ pub async fn serve(settings: Settings, with_demo: bool) -> anyhow::Result<()> {
         .open_all_connections()
         .await
         .context("cannot open the database's connections")?;
-    // SPEC §10: the ID token signing keys are made on the first start.
-    crate::oauth::keys::KeyRing::new(&resolve_secret_key(&settings, store.as_ref()).await?)?
-        .ensure_first_keys(store.as_ref())
-        .await
-        .context("cannot make the ID token signing keys")?;
     let app = Application::build(settings, store.clone()).await?;
+    app.make_first_signing_keys().await?;
     if with_demo {
         let origin = app.public_origin();
         let demo = demo::seed(store.as_ref(), &PasswordHasher::new(2), origin).await?;
@@ -69,20 +65,14 @@ pub async fn serve(settings: Settings, with_demo: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The key that signs cookies and CSRF tokens: the configured one, or the one
-/// generated on the first start and kept in the database, so every instance of a
-/// deployment shares it.
+/// The key that signs cookies and CSRF tokens: `TALLY_SECRET_KEY`, or on
+/// SQLite the key file beside the database; never one kept in the database
+/// (see `secret_key.rs`, which also moves out a key an older version kept there).
 pub async fn resolve_secret_key(
     settings: &Settings,
     store: &dyn Store,
 ) -> anyhow::Result<SecretString> {
-    if let Some(key) = &settings.secret_key {
-        return Ok(key.clone());
-    }
-    let key = store
-        .server_setting_or_insert("secret_key", &credentials::random_hex(32))
-        .await?;
-    Ok(SecretString::from(key))
+    crate::secret_key::resolve(settings, store).await
 }
 
 pub struct Application {
@@ -90,6 +80,7 @@ pub struct Application {
     public_origin: String,
     server: Server,
     workers: tokio::task::JoinHandle<()>,
+    state: web::Data<AppState>,
 }
 
 impl Application {
@@ -124,13 +115,28 @@ impl Application {
         let signing_keys = crate::oauth::keys::KeyRing::new(&secret_key)?;
         let workers = workers::spawn(store.clone(), (&settings).into());
         let mailer = Mailer::from_settings(&settings)?;
+        let hasher = {
+            let threads = PasswordHasher::threads_for_this_machine();
+            let queue = settings
+                .password_queue
+                .unwrap_or(threads * crate::auth::password::QUEUE_PER_THREAD);
+            PasswordHasher::with_queue(threads, queue)
+        };
+        hasher
+            .register_metrics(&metrics.registry)
+            .map_err(|e| anyhow::anyhow!("cannot set up metrics: {e}"))?;
         let state = web::Data::new(AppState {
-            rate_limits: RateLimits::new(settings.api_rate_limit, settings.oauth_rate_limit),
+            rate_limits: RateLimits::new(
+                settings.api_rate_limit,
+                settings.oauth_rate_limit,
+                settings.signup_rate_limit,
+                settings.bad_token_rate_limit,
+            ),
             store,
             settings: Arc::new(settings),
             public_origin: public_origin.clone(),
             secret_key,
-            hasher: PasswordHasher::new(PasswordHasher::threads_for_this_machine()),
+            hasher,
             mailer,
             grant_usage: GrantUsage::default(),
             introspection_cache: IntrospectionCache::default(),
@@ -139,6 +145,7 @@ impl Application {
             signing_keys,
         });
 
+        let app_state = state.clone();
         let server = HttpServer::new(move || {
             let sessions =
                 SessionMiddleware::builder(CookieSessionStore::default(), cookie_key.clone())
@@ -156,8 +163,13 @@ impl Application {
             // Middleware registered last runs first: the access log sees the
             // request as sent (a HEAD stays HEAD in the log), and `/metrics`,
             // which the metrics middleware answers itself, is behind the HEAD rule.
+            // The edge's refusals (unknown methods, bodies too large or too
+            // slow) are counted in `/metrics`; nothing inside them, sessions
+            // included, sees a request before its body has arrived whole.
             App::new()
                 .wrap(sessions)
+                .wrap(from_fn(edge::bounded_body))
+                .wrap(from_fn(edge::known_methods))
                 .wrap(metrics.clone())
                 .wrap(from_fn(head_as_get))
                 .wrap(from_fn(telemetry::access_log))
@@ -166,7 +178,8 @@ impl Application {
                 .app_data(pages::form_config())
                 .configure(|cfg| routes(cfg, extra))
                 .default_service(web::to(pages::not_found))
-        });
+        })
+        .on_connect(pages::signin::remember_connection);
         let server = match tls {
             Some(config) => server.listen_rustls_0_23(listener, config)?,
             None => server.listen(listener)?,
@@ -178,7 +191,20 @@ impl Application {
             public_origin,
             server,
             workers,
+            state: app_state,
         })
+    }
+
+    /// SPEC §10: makes the ID token signing keys on the first start, sealed
+    /// under the secret key this application resolved (so a key made here
+    /// opens when it signs, an in-memory database's random key included).
+    /// The service would also make them on the first sign-in that needs one.
+    pub async fn make_first_signing_keys(&self) -> anyhow::Result<()> {
+        self.state
+            .signing_keys
+            .ensure_first_keys(self.state.store.as_ref())
+            .await
+            .context("cannot make the ID token signing keys")
     }
 
     pub fn port(&self) -> u16 {
@@ -215,7 +241,6 @@ fn routes(cfg: &mut web::ServiceConfig, extra_pages: pages::ExtraPages) {
         .service(
             web::scope("/v1")
                 .wrap(from_fn(api::no_store))
-                .wrap(from_fn(api::count_in_flight))
                 .service(
                     web::scope("/oauth")
                         .wrap(from_fn(oauth_rate_limit))

@@ -12,6 +12,14 @@ use crate::store::Store;
 use secrecy::SecretString;
 use std::sync::Arc;
 
+/// How long a request's body may take to arrive after its headers (SPEC §9);
+/// the setting itself is `config::Settings::body_deadline`.
+pub use crate::config::BODY_DEADLINE;
+
+/// What an unknown method's 405 names in `Allow` (RFC 9110 §15.5.6): every
+/// method some route of the server takes.
+pub const SERVED_METHODS: &str = "GET, HEAD, POST, PUT, DELETE";
+
 /// Largest request body accepted (SPEC §9).
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
 

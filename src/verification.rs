@@ -6,7 +6,8 @@ use crate::config::Settings;
 use crate::domain::now_micros;
 use crate::mailer::Mailer;
 use crate::oauth::credentials;
-use crate::store::{Channel, NewVerification, SendLimits, Store, StoreError, User};
+use crate::store::{Channel, NewVerification, SendCount, SendLimits, Store, StoreError, User};
+use std::net::IpAddr;
 use std::time::Duration;
 
 pub const LINK_TTL: Duration = Duration::from_secs(24 * 3600);
@@ -17,6 +18,10 @@ pub const SEND_GAP: Duration = Duration::from_secs(60);
 /// …and ten a day.
 pub const SENDS_PER_DAY: i64 = 10;
 pub const SEND_WINDOW: Duration = Duration::from_secs(24 * 3600);
+/// Links one client IP may cause, whatever addresses it names (SPEC §9)…
+pub const SENDS_PER_IP: i64 = 20;
+/// …in this span.
+pub const IP_SEND_WINDOW: Duration = Duration::from_secs(3600);
 
 /// What became of a request to send links: the one outcome every page tells.
 /// A failure is logged where it happens; the change that asked for the links
@@ -57,15 +62,37 @@ pub enum SendError {
     Delivery(#[source] anyhow::Error),
 }
 
+/// The key an address's sends are counted under: one for all the ways of
+/// writing it that reach one mailbox (SPEC §9): lower case, and for e-mail
+/// without a `+tag` before the `@`. Phone numbers are already E.164.
+pub fn send_key(channel: Channel, address: &str) -> String {
+    let address = address.trim().to_lowercase();
+    let address = match (channel, address.rsplit_once('@')) {
+        (Channel::Email, Some((local, domain))) => {
+            let local = local.split_once('+').map_or(local, |(base, _tag)| base);
+            format!("{local}@{domain}")
+        }
+        _ => address,
+    };
+    format!("{}:{address}", channel.as_str())
+}
+
+/// The key the sends a client IP causes are counted under.
+fn ip_send_key(from: IpAddr) -> String {
+    format!("ip:{from}")
+}
+
 /// Sends a fresh link to every unverified address of `user` that has not had
-/// too many lately (the limits hold across instances: the store counts).
+/// too many lately, as long as the client IP `from` that asked has not caused
+/// too many (the limits hold across instances: the store counts).
 pub async fn send_links(
     store: &dyn Store,
     mailer: &Mailer,
     public_origin: &str,
     user: &User,
+    from: IpAddr,
 ) -> Links {
-    match try_send_links(store, mailer, public_origin, user).await {
+    match try_send_links(store, mailer, public_origin, user, from).await {
         Ok(sent) => Links::Sent(sent),
         Err(error) => {
             tracing::error!(error = ?error, "cannot send verification links");
@@ -80,17 +107,34 @@ async fn try_send_links(
     mailer: &Mailer,
     public_origin: &str,
     user: &User,
+    from: IpAddr,
 ) -> Result<Sent, SendError> {
-    let limits = SendLimits {
+    let per_address = SendLimits {
         min_gap: crate::domain::micros(SEND_GAP),
         window: crate::domain::micros(SEND_WINDOW),
         per_window: SENDS_PER_DAY,
     };
+    let per_ip = SendLimits {
+        min_gap: 0,
+        window: crate::domain::micros(IP_SEND_WINDOW),
+        per_window: SENDS_PER_IP,
+    };
+    let ip_key = ip_send_key(from);
     let mut outcome = Sent::default();
     for (channel, address) in &unverified_contacts(user) {
         let now = now_micros();
-        let key = format!("{}:{}", channel.as_str(), address.to_lowercase());
-        if let Err(next) = store.reserve_verification_send(&key, now, limits).await? {
+        let key = send_key(*channel, address);
+        let counts = [
+            SendCount {
+                key: &key,
+                limits: per_address,
+            },
+            SendCount {
+                key: &ip_key,
+                limits: per_ip,
+            },
+        ];
+        if let Err(next) = store.reserve_verification_send(&counts, now).await? {
             outcome.held.push((address.clone(), next));
             continue;
         }
@@ -159,4 +203,33 @@ async fn on_contact_verified(
         "contact verified"
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_that_reach_one_mailbox_share_a_send_key() {
+        for (channel, address, key) in [
+            (
+                Channel::Email,
+                "Victim+1@Example.com",
+                "email:victim@example.com",
+            ),
+            (
+                Channel::Email,
+                "victim+a+b@example.com",
+                "email:victim@example.com",
+            ),
+            (
+                Channel::Email,
+                "victim@example.com",
+                "email:victim@example.com",
+            ),
+            (Channel::Phone, "+12125550187", "phone:+12125550187"),
+        ] {
+            assert_eq!(send_key(channel, address), key, "{address}");
+        }
+    }
 }

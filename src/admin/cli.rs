@@ -24,6 +24,8 @@ pub enum Command {
     AppAdd(AppAdd),
     AppSuspend(String),
     AppUnsuspend(String),
+    /// Changes the settings it names.
+    AppSet(super::AppSet),
     Deposit {
         username: String,
         /// Decimal dollars, as typed.
@@ -33,7 +35,6 @@ pub enum Command {
     Audit,
     /// Where the copy goes; never an existing file.
     Backup(PathBuf),
-    AppSet(super::AppSet),
     /// A new ID token signing key for the algorithm, or for each.
     KeysRotate {
         alg: Option<String>,
@@ -73,6 +74,12 @@ pub async fn run(settings: &Settings, json: bool, command: Command) -> ExitCode 
         }),
         Command::AppSuspend(client_id) => app_suspend(json, store, &client_id, true).await,
         Command::AppUnsuspend(client_id) => app_suspend(json, store, &client_id, false).await,
+        Command::AppSet(input) => report(json, operations::app_set(store, input).await, |a| {
+            format!(
+                "{}: introspect_any={} id_token_alg={}",
+                a.client_id, a.introspect_any, a.id_token_alg
+            )
+        }),
         Command::Deposit { username, amount } => report(
             json,
             operations::deposit(store, &username, &amount).await,
@@ -96,9 +103,6 @@ pub async fn run(settings: &Settings, json: bool, command: Command) -> ExitCode 
         },
         Command::Backup(path) => report(json, operations::backup(store, &path).await, |b| {
             format!("backed up to {} ({} bytes)", b.path, b.bytes)
-        }),
-        Command::AppSet(input) => report(json, super::app_set(store, input).await, |a| {
-            format!("{}: id_token_alg={}", a.client_id, a.id_token_alg)
         }),
         Command::KeysRotate { alg, publish_ahead } => {
             let rotated = match startup::resolve_secret_key(settings, store).await {

@@ -1,8 +1,7 @@
 //! The operator commands of the OpenID Connect provider (SPEC §10): rotating
-//! and listing the ID token signing keys, and setting an app's ID token
-//! algorithm.
+//! and listing the ID token signing keys.
 
-use super::operations::AdminError;
+use super::operations::{parse_alg, AdminError};
 use crate::domain::now_micros;
 use crate::oauth::keys::{self, IdTokenAlg, KeyError, KeyRing, KeyStatus};
 use crate::store::Store;
@@ -17,50 +16,6 @@ impl From<KeyError> for AdminError {
             KeyError::Unexpected(e) => Self::Unexpected(e),
         }
     }
-}
-
-// The input of `admin app set`: each flag changes one setting of the app,
-// the others stay as they are. (A `//` comment: clap would show a doc comment
-// as the command's help.)
-#[derive(Debug, Default, Clone, clap::Args)]
-pub struct AppSet {
-    pub client_id: String,
-    /// The algorithm of the app's ID tokens: RS256 (the default), ES256 or EdDSA.
-    #[arg(long)]
-    pub id_token_alg: Option<String>,
-}
-
-#[derive(Debug, Serialize)]
-pub struct AppSettings {
-    pub client_id: String,
-    pub id_token_alg: String,
-}
-
-pub async fn app_set(store: &dyn Store, input: AppSet) -> Result<AppSettings, AdminError> {
-    let Some(alg) = input.id_token_alg.as_deref() else {
-        return Err(AdminError::Invalid(
-            "nothing to set: give --id-token-alg".to_owned(),
-        ));
-    };
-    let alg = parse_alg(alg)?;
-    if !store
-        .set_id_token_alg(&input.client_id, alg.as_str())
-        .await?
-    {
-        return Err(AdminError::UnknownApp(input.client_id));
-    }
-    Ok(AppSettings {
-        client_id: input.client_id,
-        id_token_alg: alg.as_str().to_owned(),
-    })
-}
-
-fn parse_alg(name: &str) -> Result<IdTokenAlg, AdminError> {
-    IdTokenAlg::parse(name).ok_or_else(|| {
-        AdminError::Invalid(format!(
-            "unknown ID token algorithm {name:?}: use RS256, ES256 or EdDSA"
-        ))
-    })
 }
 
 #[derive(Debug, Serialize)]

@@ -49,6 +49,10 @@ pub enum ApiError {
     IdempotencyConflict,
     #[error("the request body is larger than 64 KiB")]
     PayloadTooLarge,
+    /// The body had not arrived whole `Settings::body_deadline` after the
+    /// headers (SPEC §9).
+    #[error("the request body did not arrive in time")]
+    RequestTimeout,
     #[error("send parameters as a query string, form fields or a JSON object")]
     UnsupportedMediaType,
     #[error("too many requests; retry later")]
@@ -90,6 +94,7 @@ impl ApiError {
             Self::InvalidState => "invalid_state",
             Self::IdempotencyConflict => "idempotency_conflict",
             Self::PayloadTooLarge => "payload_too_large",
+            Self::RequestTimeout => "request_timeout",
             Self::UnsupportedMediaType => "unsupported_media_type",
             Self::RateLimited { .. } => "rate_limited",
             Self::Unavailable => "unavailable",
@@ -118,6 +123,7 @@ impl ResponseError for ApiError {
             Self::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             Self::InvalidState | Self::IdempotencyConflict => StatusCode::CONFLICT,
             Self::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             Self::Unavailable => StatusCode::SERVICE_UNAVAILABLE,

@@ -73,18 +73,6 @@ pub async fn no_store(
     }
 }
 
-/// Counts the request as in flight, which the password hashing threads make
-/// way for (see `auth::password`).
-pub async fn count_in_flight(
-    req: ServiceRequest,
-    next: Next<impl MessageBody + 'static>,
-) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
-    let _in_flight = req
-        .app_data::<actix_web::web::Data<crate::state::AppState>>()
-        .map(|state| state.hasher.api_request());
-    next.call(req).await
-}
-
 const NO_STORE: header::HeaderValue = header::HeaderValue::from_static("no-store");
 
 /// An error raised by inner middleware (the OAuth rate limit), rendered with

@@ -44,6 +44,23 @@ impl OAuthError {
         }
     }
 
+    /// A request refused before its parameters are read (its body too large,
+    /// too slow or unreadable, its media type or its method unknown), in the
+    /// OAuth shape with the REST API's status for it.
+    pub fn refused_request(error: ApiError) -> Self {
+        let status = match error {
+            ApiError::PayloadTooLarge
+            | ApiError::UnsupportedMediaType
+            | ApiError::RequestTimeout
+            | ApiError::MethodNotAllowed { .. } => error.status_code(),
+            _ => StatusCode::BAD_REQUEST,
+        };
+        Self {
+            status,
+            ..Self::invalid_request(error.to_string())
+        }
+    }
+
     /// Too many requests from one address (SPEC §9). RFC 6749 has no code for
     /// it, so the error names it as the REST API does.
     pub fn rate_limited(retry_after_secs: u64) -> Self {
@@ -180,17 +197,9 @@ async fn read_params(
     recognized: &[&'static str],
 ) -> Result<OAuthParams, OAuthError> {
     let mut payload = payload.into_inner();
-    let sent = params::read_as_sent(req, &mut payload).await.map_err(|e| {
-        let status = match e {
-            ApiError::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
-            ApiError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            _ => StatusCode::BAD_REQUEST,
-        };
-        OAuthError {
-            status,
-            ..OAuthError::invalid_request(e.to_string())
-        }
-    })?;
+    let sent = params::read_as_sent(req, &mut payload)
+        .await
+        .map_err(OAuthError::refused_request)?;
     for (name, value) in &sent.pairs {
         let value_has_control = matches!(
             value,

@@ -20,8 +20,8 @@ use actix_web::{web, FromRequest, HttpRequest, HttpResponse};
 use futures_util::future::LocalBoxFuture;
 use serde::Serialize;
 
-/// The answer of POST and PUT: the payment and, with `access_balance`, the token
-/// owner's balance afterwards.
+/// The answer of POST: the payment and, with `access_balance`, the token
+/// owner's balance afterwards. (PUT answers with the payment alone.)
 #[derive(Serialize)]
 struct Made {
     balance: Option<Money>,
@@ -122,24 +122,15 @@ fn idempotency_key(req: &HttpRequest) -> Result<Option<String>, ApiError> {
     Ok(Some(key.to_owned()))
 }
 
-/// The answer of POST and PUT, marked when it replays an earlier request with
-/// the same `Idempotency-Key`.
-fn made_answer(
-    principal: &Principal,
-    replayed: bool,
-    balance: Money,
-    payment: PaymentView,
-) -> HttpResponse {
+/// The answer of POST (`data: {balance, payment}`) or PUT (`data`: the
+/// payment, as the Venmo documentation has it), marked when it replays an
+/// earlier request with the same `Idempotency-Key`.
+fn made_answer(replayed: bool, data: impl Serialize) -> HttpResponse {
     let mut response = HttpResponse::Ok();
     if replayed {
         response.insert_header(("Idempotent-Replayed", "true"));
     }
-    response.json(render::Data {
-        data: Made {
-            balance: principal.has(Scope::AccessBalance).then_some(balance),
-            payment,
-        },
-    })
+    response.json(render::Data { data })
 }
 
 #[tracing::instrument(skip_all)]
@@ -179,10 +170,13 @@ pub async fn create(
         None => Related::load(state.store.as_ref(), std::slice::from_ref(&made.payment)).await?,
     };
     Ok(made_answer(
-        &principal,
         made.replayed,
-        made.actor_balance,
-        related.view(&made.payment),
+        Made {
+            balance: principal
+                .has(Scope::AccessBalance)
+                .then_some(made.actor_balance),
+            payment: related.view(&made.payment),
+        },
     ))
 }
 
@@ -356,9 +350,7 @@ pub async fn update(
         .await?
         .with_refund(updated.refund);
     Ok(made_answer(
-        &principal,
         updated.replayed,
-        updated.balance,
         related.view(&updated.payment),
     ))
 }

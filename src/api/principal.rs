@@ -8,9 +8,10 @@ use crate::domain::{Scope, ScopeSet};
 use crate::oauth::{self, IntrospectError};
 use crate::state::AppState;
 use crate::store::{TokenKind, User};
+use crate::web::signin::client_ip;
 use actix_web::dev::Payload;
 use actix_web::http::header::AUTHORIZATION;
-use actix_web::{web, FromRequest, HttpRequest};
+use actix_web::{web, FromRequest, HttpMessage, HttpRequest};
 use std::future::Future;
 use std::pin::Pin;
 
@@ -51,13 +52,49 @@ impl Principal {
     }
 
     /// The principal of a request; with `with_friends_count`, also the count of
-    /// its user's friends, read in the same statement.
+    /// its user's friends, read in the same statement. A request whose token
+    /// does not work counts against its client IP's allowance of such
+    /// requests (SPEC §9), and past it one whose token is not known to work
+    /// is refused before the store is asked.
     async fn authenticate(
         req: HttpRequest,
         body: BodySlot,
         with_friends_count: bool,
     ) -> Result<(Self, Option<i64>), ApiError> {
-        let params = body.params(&req).await?;
+        let state = req
+            .app_data::<web::Data<AppState>>()
+            .ok_or_else(|| ApiError::Unexpected(anyhow::anyhow!("application state missing")))?;
+        let bad_tokens = state.rate_limits.bad_tokens();
+        let ip = client_ip(&req);
+        let mut presented = None;
+        let result =
+            Self::check_token(&req, body, state, with_friends_count, ip, &mut presented).await;
+        match result {
+            Err(
+                refusal @ (ApiError::InvalidToken(_)
+                | ApiError::TokenExpired
+                | ApiError::AccountSuspended),
+            ) => match bad_tokens.failed(ip, presented.as_deref()) {
+                Ok(()) => Err(refusal),
+                Err(wait) => Err(ApiError::RateLimited {
+                    retry_after_secs: wait.as_secs() + 1,
+                }),
+            },
+            other => other,
+        }
+    }
+
+    /// `authenticate` without the count of failures; `digest` is set to the
+    /// presented token's digest once there is one.
+    async fn check_token(
+        req: &HttpRequest,
+        body: BodySlot,
+        state: &AppState,
+        with_friends_count: bool,
+        ip: std::net::IpAddr,
+        digest: &mut Option<String>,
+    ) -> Result<(Self, Option<i64>), ApiError> {
+        let params = body.params(req).await?;
         let from_header = match req.headers().get(AUTHORIZATION) {
             None => None,
             Some(value) => {
@@ -84,16 +121,17 @@ impl Principal {
             (Some(token), _) | (None, Some(token)) => token,
             (None, None) => return Err(ApiError::MissingToken),
         };
-        let state = req
-            .app_data::<web::Data<AppState>>()
-            .ok_or_else(|| ApiError::Unexpected(anyhow::anyhow!("application state missing")))?;
+        let token_digest = crate::oauth::credentials::digest(&token);
+        *digest = Some(token_digest.clone());
+        let bad_tokens = state.rate_limits.bad_tokens();
+        let gate = |digest: &str| bad_tokens.admit(ip, digest);
         let store = state.store.as_ref();
         let found = if with_friends_count {
-            oauth::tokens::introspect_with_friends_count(store, &state.token_cache, &token)
+            oauth::tokens::introspect_with_friends_count(store, &state.token_cache, &token, &gate)
                 .await
                 .map(|(active, count)| (active, Some(count)))
         } else {
-            oauth::introspect(store, &state.token_cache, &token)
+            oauth::introspect(store, &state.token_cache, &token, &gate)
                 .await
                 .map(|active| (active, None))
         };
@@ -103,20 +141,26 @@ impl Principal {
             }
             IntrospectError::Expired => ApiError::TokenExpired,
             IntrospectError::Suspended => ApiError::AccountSuspended,
+            IntrospectError::Throttled(wait) => ApiError::RateLimited {
+                retry_after_secs: wait.as_secs() + 1,
+            },
             IntrospectError::Store(e) => e.into(),
         })?;
-        let token_digest = crate::oauth::credentials::digest(&token);
-        if let Err(wait) = state.rate_limits.check_api(&token_digest) {
-            return Err(ApiError::RateLimited {
-                retry_after_secs: wait.as_secs() + 1,
-            });
-        }
         if active.kind != TokenKind::Access {
             return Err(ApiError::InvalidToken(
                 "a refresh token is not an access token".to_owned(),
             ));
         }
+        bad_tokens.found_live(&token_digest);
+        if let Err(wait) = state.rate_limits.check_api(&token_digest) {
+            return Err(ApiError::RateLimited {
+                retry_after_secs: wait.as_secs() + 1,
+            });
+        }
         state.grant_usage.record(&state.store, &active.grant_id);
+        // A real API request from here on (authenticated, its body arrived):
+        // the password hashing threads make way for it until it is answered.
+        req.extensions_mut().insert(state.hasher.api_request());
         let principal = Self {
             user: active.user,
             scopes: active.scopes,

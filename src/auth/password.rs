@@ -1,34 +1,30 @@
-//! Argon2id password hashes, computed on a few dedicated threads (not tokio's
-//! blocking pool) whose arithmetic runs only when nothing else wants the CPU
-//! (SCHED_IDLE, see `scheduling`), so sign-in storms cannot starve the API:
-//! the async workers never run a hash, and any of them that wakes takes the
-//! CPU from one. Each thread keeps its 19 MiB of argon2 memory and reuses it
-//! for every hash.
+//! Argon2id password hashes (SPEC §9), computed on a few threads of their own,
+//! never on the async workers, through the `argon2` crate's own API (its PHC
+//! parsing and its constant-time comparison).
 //!
-//! Only argon2's arithmetic runs at idle priority ([`IdleArgon2`]). An idle
-//! thread that is preempted while it holds a lock waits for an idle CPU
-//! before it lets go, and under load that is hundreds of milliseconds: when
-//! the hashing threads themselves took jobs from the API's channel and woke
-//! the API's tasks, an actix worker that queued a sign-in or was handed an
-//! answer now and then stalled behind one, with every request on it
-//! (`GET /v1/me` on PostgreSQL beside sign-ins: single requests of 250-460 ms,
-//! p99 54-204 ms). So each hashing thread runs at normal priority, takes the
-//! jobs, answers and rests, and hands the arithmetic to an idle helper of its
-//! own, which shares a lock with no one else and neither allocates nor frees.
-//!
-//! Idle priority alone is not enough on a virtual machine: a core kept busy
-//! hashing is charged by the hypervisor all the same, and the API pays for it
-//! in stolen time (a spinning SCHED_IDLE thread beside `/v1/me` on one core
-//! took its p99 from 50 ms to 250 to 390 ms here). So while API requests are in
-//! flight, each thread also rests between hashes ([`Pace`]): hashing then takes
-//! at most a tenth of the time, and a sign-in waits at most a second more.
+//! Hashing is fair and cannot be starved:
+//! - Its queue is bounded ([`PasswordHasher::reserve`]): past it a sign-in or
+//!   sign-up is answered at once ([`Busy`]) instead of waiting behind a flood.
+//! - A job whose requester has gone (a closed connection, see [`Requester`])
+//!   is dropped, not computed.
+//! - It always gets a share of the CPU. The threads run at normal priority, so
+//!   anything else on the machine (other processes included) shares the CPU
+//!   with them fairly. While the API is busy with real requests
+//!   (authenticated, their body arrived: see [`PasswordHasher::api_request`]),
+//!   each thread rests after a hash [`REST_PER_HASH`] times the CPU time the
+//!   hash took, so the API keeps most of the CPU and hashing still goes on at
+//!   a steady pace. Anonymous clients, and requests whose body is still
+//!   arriving, cannot slow it. The choice and its measurements:
+//!   docs/decisions/006-password-hashing-threads.md.
 
 use crate::domain::Password;
-use argon2::password_hash::{rand_core::OsRng, Output, PasswordHash, SaltString};
-use argon2::{Algorithm, Argon2, Block, Params, Version};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use argon2::password_hash::{rand_core::OsRng, PasswordHash, SaltString};
+use argon2::{Algorithm, Argon2, Params, PasswordHasher as _, PasswordVerifier as _, Version};
+use prometheus::{IntCounter, IntGauge, Registry};
+use std::os::fd::OwnedFd;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
@@ -37,219 +33,102 @@ fn params() -> Params {
     Params::new(19 * 1024, 2, 1, None).unwrap_or_default()
 }
 
+fn argon2() -> Argon2<'static> {
+    Argon2::new(Algorithm::Argon2id, Version::V0x13, params())
+}
+
 /// A real hash of a random password, checked when the user is unknown so that
 /// the answer takes as long as for a known user.
-fn dummy_hash(idle: &IdleArgon2) -> &'static str {
+fn dummy_hash() -> &'static str {
     static DUMMY: OnceLock<String> = OnceLock::new();
     DUMMY.get_or_init(|| {
         // Made once, on the first hashing thread that needs it.
-        hash_with(idle, crate::domain::new_id().as_bytes()).unwrap_or_default()
+        hash_phc(crate::domain::new_id().as_bytes()).unwrap_or_default()
     })
 }
 
-/// Hashes `password` into a PHC string, on `idle`.
-fn hash_with(idle: &IdleArgon2, password: &[u8]) -> anyhow::Result<String> {
-    let params = params();
+/// Hashes `password` into a PHC string.
+fn hash_phc(password: &[u8]) -> anyhow::Result<String> {
     let salt = SaltString::generate(&mut OsRng);
-    let mut salt_bytes = [0u8; 64];
-    let salt_bytes = salt
-        .decode_b64(&mut salt_bytes)
-        .map_err(|e| anyhow::anyhow!("salt: {e}"))?;
-    let argon2 = Argon2::new(Algorithm::Argon2id, Version::V0x13, params.clone());
-    let output = Output::init_with(Params::DEFAULT_OUTPUT_LEN, |out| {
-        idle.compute(&argon2, password, salt_bytes, out)
-    })
-    .map_err(|e| anyhow::anyhow!("hashing failed: {e}"))?;
-    let hash = PasswordHash {
-        algorithm: Algorithm::Argon2id.ident(),
-        version: Some(Version::V0x13.into()),
-        params: (&params)
-            .try_into()
-            .map_err(|e| anyhow::anyhow!("parameters: {e}"))?,
-        salt: Some(salt.as_salt()),
-        hash: Some(output),
-    };
-    Ok(hash.to_string())
+    Ok(argon2()
+        .hash_password(password, &salt)
+        .map_err(|e| anyhow::anyhow!("hashing failed: {e}"))?
+        .to_string())
 }
 
 /// Checks `password` against a stored PHC string, with the algorithm, version
-/// and parameters the string names, on `idle`.
-fn verify_with(idle: &IdleArgon2, stored: &str, password: &[u8]) -> bool {
-    let Ok(parsed) = PasswordHash::new(stored) else {
-        return false;
-    };
-    let (Some(salt), Some(expected)) = (parsed.salt, parsed.hash) else {
-        return false;
-    };
-    let Ok(algorithm) = Algorithm::try_from(parsed.algorithm) else {
-        return false;
-    };
-    let Ok(version) = parsed
-        .version
-        .map_or(Ok(Version::default()), Version::try_from)
-    else {
-        return false;
-    };
-    let Ok(params) = Params::try_from(&parsed) else {
-        return false;
-    };
-    let mut salt_bytes = [0u8; 64];
-    let Ok(salt_bytes) = salt.decode_b64(&mut salt_bytes) else {
-        return false;
-    };
-    let argon2 = Argon2::new(algorithm, version, params);
-    Output::init_with(expected.len(), |out| {
-        idle.compute(&argon2, password, salt_bytes, out)
-    })
-    // `Output` compares in constant time.
-    .is_ok_and(|computed| computed == expected)
+/// and parameters the string names.
+fn verify_phc(stored: &str, password: &[u8]) -> bool {
+    PasswordHash::new(stored)
+        .is_ok_and(|parsed| Argon2::default().verify_password(password, &parsed).is_ok())
 }
 
-/// A hashing thread's helper, which runs argon2 at idle priority (see the
-/// module's comment). Its thread ends when this is dropped.
-struct IdleArgon2 {
-    handoff: Arc<Handoff>,
+/// The hashing queue is full: try again in a moment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("too many passwords are being checked right now; try again in a few seconds")]
+pub struct Busy;
+
+impl Busy {
+    /// What a busy answer tells the client to wait (`Retry-After`).
+    pub const RETRY_AFTER_SECS: u64 = 2;
 }
 
-/// What a hashing thread and its helper share, and nothing else does.
-#[derive(Default)]
-struct Handoff {
-    turn: Mutex<Turn>,
-    changed: Condvar,
+#[derive(Debug, thiserror::Error)]
+pub enum HashError {
+    #[error(transparent)]
+    Busy(#[from] Busy),
+    #[error(transparent)]
+    Unexpected(#[from] anyhow::Error),
 }
 
-/// One computation: set up by the hashing thread, which also allocates and
-/// frees everything in it, so that the helper never takes the allocator's
-/// locks.
-#[derive(Default)]
-struct Turn {
-    /// The computation asked for; `None` when there is none.
-    argon2: Option<Argon2<'static>>,
-    password: Vec<u8>,
-    salt: Vec<u8>,
-    output: Vec<u8>,
-    /// Argon2's working memory, grown to what the parameters need, reused.
-    memory: Vec<Block>,
-    /// The helper's answer to `argon2`.
-    outcome: Option<Result<(), argon2::Error>>,
-    /// The hashing thread is done with the helper.
-    closed: bool,
-    /// The helper's thread ended (it panicked).
-    helper_gone: bool,
-}
+/// The connection a request came on, kept with the connection's data for as
+/// long as the connection lasts (see `web::remember_connection`).
+pub struct Connection(Arc<OwnedFd>);
 
-impl Handoff {
-    fn lock(&self) -> MutexGuard<'_, Turn> {
-        self.turn.lock().unwrap_or_else(PoisonError::into_inner)
+impl Connection {
+    pub fn new(socket: OwnedFd) -> Self {
+        Self(Arc::new(socket))
     }
 
-    fn wait<'a>(&self, turn: MutexGuard<'a, Turn>) -> MutexGuard<'a, Turn> {
-        self.changed
-            .wait(turn)
-            .unwrap_or_else(PoisonError::into_inner)
-    }
-}
-
-impl IdleArgon2 {
-    fn start(name: String) -> std::io::Result<Self> {
-        let handoff = Arc::new(Handoff::default());
-        let shared = handoff.clone();
-        std::thread::Builder::new()
-            .name(name)
-            .spawn(move || run_idle_helper(&shared))?;
-        Ok(Self { handoff })
-    }
-
-    /// Runs `argon2` over `password` and `salt` into `out` on the helper,
-    /// and waits for it.
-    fn compute(
-        &self,
-        argon2: &Argon2<'static>,
-        password: &[u8],
-        salt: &[u8],
-        out: &mut [u8],
-    ) -> Result<(), argon2::password_hash::Error> {
-        let handoff = &self.handoff;
-        let mut turn = handoff.lock();
-        let blocks = argon2.params().block_count();
-        if turn.memory.len() < blocks {
-            turn.memory.resize(blocks, Block::default());
-        }
-        turn.password.clear();
-        turn.password.extend_from_slice(password);
-        turn.salt.clear();
-        turn.salt.extend_from_slice(salt);
-        turn.output.clear();
-        turn.output.resize(out.len(), 0);
-        turn.outcome = None;
-        turn.argon2 = Some(argon2.clone());
-        handoff.changed.notify_all();
-        while turn.outcome.is_none() && !turn.helper_gone {
-            turn = handoff.wait(turn);
-        }
-        turn.argon2 = None;
-        turn.password.fill(0);
-        let outcome = turn.outcome.take();
-        match outcome {
-            Some(Ok(())) => {
-                out.copy_from_slice(&turn.output);
-                Ok(())
-            }
-            _ => Err(argon2::password_hash::Error::Crypto),
+    /// The one waiting on this connection for a password job.
+    pub fn requester(&self) -> Requester {
+        Requester {
+            connection: Some(Arc::downgrade(&self.0)),
         }
     }
 }
 
-impl Drop for IdleArgon2 {
-    fn drop(&mut self) {
-        self.handoff.lock().closed = true;
-        self.handoff.changed.notify_all();
+/// Who waits for a password job. Before the job is hashed its connection is
+/// looked at: one that ended or that the client closed means nobody waits any
+/// more, and the job is dropped (SPEC §9). The HTTP server does not cancel a
+/// request whose client left, so the queue has to look for itself.
+#[derive(Clone, Default)]
+pub struct Requester {
+    /// `None`: an operator's command, which never leaves.
+    connection: Option<Weak<OwnedFd>>,
+}
+
+impl Requester {
+    fn gone(&self) -> bool {
+        let Some(connection) = &self.connection else {
+            return false;
+        };
+        let Some(socket) = connection.upgrade() else {
+            return true;
+        };
+        // A peek that reads nothing at once: the client closed its side
+        // (nothing more will come, and it has stopped waiting); no data yet
+        // means it is still there.
+        let flags = rustix::net::RecvFlags::PEEK | rustix::net::RecvFlags::DONTWAIT;
+        match rustix::net::recv(&*socket, &mut [0u8; 1][..], flags) {
+            Ok((0, _)) => true,
+            Ok(_) => false,
+            Err(error) => error != rustix::io::Errno::AGAIN && error != rustix::io::Errno::INTR,
+        }
     }
 }
 
-/// The helper's thread: argon2 whenever its hashing thread asks.
-fn run_idle_helper(handoff: &Handoff) {
-    /// Tells the hashing thread when the helper is gone, also by a panic.
-    struct Gone<'a>(&'a Handoff);
-    impl Drop for Gone<'_> {
-        fn drop(&mut self) {
-            self.0.lock().helper_gone = true;
-            self.0.changed.notify_all();
-        }
-    }
-    let _gone = Gone(handoff);
-    crate::scheduling::run_only_when_idle();
-    let mut turn = handoff.lock();
-    loop {
-        if turn.closed {
-            return;
-        }
-        if turn.outcome.is_none() {
-            let Turn {
-                argon2,
-                password,
-                salt,
-                output,
-                memory,
-                outcome,
-                ..
-            } = &mut *turn;
-            if let Some(argon2) = argon2 {
-                let blocks = argon2.params().block_count();
-                *outcome = Some(argon2.hash_password_into_with_memory(
-                    password,
-                    salt,
-                    output,
-                    &mut memory[..blocks],
-                ));
-                handoff.changed.notify_all();
-            }
-        }
-        turn = handoff.wait(turn);
-    }
-}
-
-enum Job {
+enum Work {
     Hash {
         password: String,
         answer: oneshot::Sender<anyhow::Result<String>>,
@@ -262,36 +141,195 @@ enum Job {
     },
 }
 
+impl Work {
+    /// The requester is gone: nobody would read the answer.
+    fn abandoned(&self) -> bool {
+        match self {
+            Self::Hash { answer, .. } => answer.is_closed(),
+            Self::Verify { answer, .. } => answer.is_closed(),
+        }
+    }
+}
+
+/// A job in the queue, holding its place until it is done or dropped.
+struct Job {
+    work: Work,
+    requester: Requester,
+    /// Given back when the job is done or dropped.
+    _place: Place,
+}
+
+/// Jobs queued or being hashed, and how many may be.
+struct Queue {
+    taken: AtomicUsize,
+    capacity: usize,
+    metrics: HashingMetrics,
+}
+
+/// What the hashing did, for `/metrics`.
+#[derive(Clone)]
+struct HashingMetrics {
+    /// Hashes computed (hashes made and passwords checked).
+    computed: IntCounter,
+    /// Jobs dropped unhashed because their requester had gone.
+    abandoned: IntCounter,
+    /// Jobs refused because the queue was full.
+    refused: IntCounter,
+    /// Real API requests in flight (see [`PasswordHasher::api_request`]).
+    api_in_flight: IntGauge,
+}
+
+impl HashingMetrics {
+    // The names are constants that prometheus accepts: it refuses only
+    // malformed names.
+    #[allow(clippy::expect_used)]
+    fn new() -> Self {
+        let counter = |name: &str, help: &str| {
+            IntCounter::new(name, help).expect("a well-formed metric name")
+        };
+        Self {
+            computed: counter("tally_password_hashes_total", "Password hashes computed"),
+            abandoned: counter(
+                "tally_password_jobs_abandoned_total",
+                "Password jobs dropped unhashed because their requester had gone",
+            ),
+            refused: counter(
+                "tally_password_jobs_refused_total",
+                "Password jobs refused because the hashing queue was full",
+            ),
+            api_in_flight: IntGauge::new(
+                "tally_api_requests_in_flight",
+                "Authenticated API requests whose body has arrived, not yet answered",
+            )
+            .expect("a well-formed metric name"),
+        }
+    }
+}
+
+/// One place in the queue, given back when dropped.
+struct Place(Arc<Queue>);
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        self.0.taken.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A place in the hashing queue, taken before the work that needs a hash
+/// starts (a sign-in's throttle counts the attempt only once it holds one).
+pub struct Reservation {
+    place: Place,
+    jobs: mpsc::Sender<Job>,
+}
+
+impl Reservation {
+    fn send(self, requester: &Requester, work: Work) -> anyhow::Result<()> {
+        self.jobs
+            .send(Job {
+                work,
+                requester: requester.clone(),
+                _place: self.place,
+            })
+            .map_err(|_| anyhow::anyhow!("the password hashing threads are gone"))
+    }
+
+    pub async fn hash(self, requester: &Requester, password: &Password) -> anyhow::Result<String> {
+        let (answer, answered) = oneshot::channel();
+        self.send(
+            requester,
+            Work::Hash {
+                password: password.expose().to_owned(),
+                answer,
+            },
+        )?;
+        answered
+            .await
+            .map_err(|_| anyhow::anyhow!("a password hashing thread failed"))?
+    }
+
+    /// Checks a password against a stored hash, or against a dummy hash when
+    /// there is no account, taking the same time either way.
+    pub async fn verify(
+        self,
+        requester: &Requester,
+        stored: Option<&str>,
+        candidate: &str,
+    ) -> bool {
+        let known = stored.is_some();
+        let (answer, answered) = oneshot::channel();
+        let work = Work::Verify {
+            stored: stored.map(str::to_owned),
+            candidate: candidate.to_owned(),
+            answer,
+        };
+        if self.send(requester, work).is_err() {
+            return false;
+        }
+        let matched = answered.await.unwrap_or(false);
+        known && matched
+    }
+}
+
 #[derive(Clone)]
 pub struct PasswordHasher {
     jobs: mpsc::Sender<Job>,
+    queue: Arc<Queue>,
     api: Arc<ApiActivity>,
 }
 
-/// The API requests in flight, which the hashing threads make way for.
-#[derive(Default)]
+/// The real API requests, which the hashing threads make way for.
 struct ApiActivity {
-    in_flight: AtomicUsize,
+    /// Those in flight (also a gauge of `/metrics`).
+    in_flight: IntGauge,
+    /// When the last one ended, in microseconds since `epoch`.
+    last_ended: AtomicU64,
+    epoch: Instant,
 }
 
-/// An API request in flight (see [`PasswordHasher::api_request`]); it counts
-/// until dropped, also when its request is cancelled.
+impl ApiActivity {
+    /// The API is busy while a real request is in flight, and for a moment
+    /// after one ended: a loaded API is idle between two requests now and then,
+    /// and a rest cut short at each such moment is no rest.
+    fn busy(&self, now: Instant) -> bool {
+        if self.in_flight.get() > 0 {
+            return true;
+        }
+        let last_ended = Duration::from_micros(self.last_ended.load(Ordering::Relaxed));
+        now.saturating_duration_since(self.epoch + last_ended) < API_QUIET_AFTER
+    }
+}
+
+/// How long after its last real request the API counts as quiet.
+const API_QUIET_AFTER: Duration = Duration::from_millis(50);
+
+/// A real API request in flight (see [`PasswordHasher::api_request`]); it
+/// counts until dropped, also when its request is cancelled.
 pub struct ApiRequest(Arc<ApiActivity>);
 
 impl Drop for ApiRequest {
     fn drop(&mut self) {
-        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
+        let activity = &self.0;
+        let since_epoch = activity.epoch.elapsed().as_micros();
+        activity.last_ended.store(
+            u64::try_from(since_epoch).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
+        activity.in_flight.dec();
     }
 }
 
-/// While API requests are in flight, a hashing thread rests after a hash
-/// `REST_PER_HASH` times as long as the hash took (so hashing takes at most a
-/// tenth of the time), but never longer than `LONGEST_REST`; it starts at once
-/// when the API goes quiet.
-const REST_PER_HASH: u32 = 9;
+/// While the API is busy with real requests, a hashing thread rests after a
+/// hash `REST_PER_HASH` times the CPU time the hash took (so hashing takes at
+/// most a ninth of a core), but never longer than `LONGEST_REST`; it starts
+/// again as soon as the API goes quiet. The choice of the ratio, by
+/// measurement: docs/decisions/006-password-hashing-threads.md.
+pub const REST_PER_HASH: u32 = 8;
 const LONGEST_REST: Duration = Duration::from_secs(1);
 /// How often a resting thread looks whether the API went quiet.
 const REST_POLL: Duration = Duration::from_millis(5);
+/// Jobs that may wait for each hashing thread. At a few tens of milliseconds a
+/// hash, the last of them is answered within a second or two.
+pub const QUEUE_PER_THREAD: usize = 16;
 
 /// One hashing thread's rest between hashes (see the module's comment).
 #[derive(Default)]
@@ -300,10 +338,10 @@ struct Pace {
 }
 
 impl Pace {
-    fn hashed(&mut self, started: Instant, ended: Instant) {
-        let rest = (ended - started)
-            .saturating_mul(REST_PER_HASH)
-            .min(LONGEST_REST);
+    /// A hash ended at `ended`, having taken `cpu` of this thread's CPU time
+    /// (not the time it waited for a CPU: that was the API's already).
+    fn hashed(&mut self, cpu: Duration, ended: Instant) {
+        let rest = cpu.saturating_mul(REST_PER_HASH).min(LONGEST_REST);
         self.rest_until = Some(ended + rest);
     }
 
@@ -316,31 +354,40 @@ impl Pace {
 }
 
 impl PasswordHasher {
-    /// Starts `threads` hashing threads; hashes wait in a queue for one. The
-    /// threads end when the last clone of the hasher is dropped.
+    /// Starts `threads` hashing threads, with [`QUEUE_PER_THREAD`] places each
+    /// in the queue. The threads end when the last clone of the hasher is
+    /// dropped.
     pub fn new(threads: usize) -> Self {
-        let (jobs, queue) = mpsc::channel::<Job>();
-        let queue = Arc::new(Mutex::new(queue));
-        let api = Arc::new(ApiActivity::default());
+        let threads = threads.max(1);
+        Self::with_queue(threads, threads * QUEUE_PER_THREAD)
+    }
+
+    /// Starts `threads` hashing threads, with a queue of `capacity` jobs
+    /// (queued or being hashed).
+    pub fn with_queue(threads: usize, capacity: usize) -> Self {
+        let (jobs, received) = mpsc::channel::<Job>();
+        let received = Arc::new(Mutex::new(received));
+        let metrics = HashingMetrics::new();
+        let api = Arc::new(ApiActivity {
+            in_flight: metrics.api_in_flight.clone(),
+            last_ended: AtomicU64::new(0),
+            epoch: Instant::now(),
+        });
         for n in 0..threads.max(1) {
-            let (queue, api) = (queue.clone(), api.clone());
-            let spawned = IdleArgon2::start(format!("tally-argon2-{n}i")).and_then(|idle| {
-                std::thread::Builder::new()
-                    .name(format!("tally-argon2-{n}"))
-                    .spawn(move || run_hashing_thread(&queue, &api, &idle))
-            });
+            let (received, api, metrics) = (received.clone(), api.clone(), metrics.clone());
+            let spawned = std::thread::Builder::new()
+                .name(format!("tally-argon2-{n}"))
+                .spawn(move || run_hashing_thread(&received, &api, &metrics));
             if let Err(error) = spawned {
                 tracing::error!(%error, "cannot start a password hashing thread");
             }
         }
-        Self { jobs, api }
-    }
-
-    /// Counts an API request as in flight until the answer is dropped: while
-    /// any is, the hashing threads rest between hashes.
-    pub fn api_request(&self) -> ApiRequest {
-        self.api.in_flight.fetch_add(1, Ordering::Relaxed);
-        ApiRequest(self.api.clone())
+        let queue = Arc::new(Queue {
+            taken: AtomicUsize::new(0),
+            capacity: capacity.max(1),
+            metrics,
+        });
+        Self { jobs, queue, api }
     }
 
     /// The hashing threads right for this machine: half its cores, at least one.
@@ -348,75 +395,117 @@ impl PasswordHasher {
         std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1))
     }
 
-    pub async fn hash(&self, password: &Password) -> anyhow::Result<String> {
-        let (answer, answered) = oneshot::channel();
-        self.jobs
-            .send(Job::Hash {
-                password: password.expose().to_owned(),
-                answer,
-            })
-            .map_err(|_| anyhow::anyhow!("the password hashing threads are gone"))?;
-        answered
-            .await
-            .map_err(|_| anyhow::anyhow!("a password hashing thread failed"))?
+    /// Takes a place in the queue, or says it is full.
+    pub fn reserve(&self) -> Result<Reservation, Busy> {
+        let taken = self.queue.taken.fetch_add(1, Ordering::AcqRel);
+        let place = Place(self.queue.clone());
+        if taken >= self.queue.capacity {
+            self.queue.metrics.refused.inc();
+            return Err(Busy);
+        }
+        Ok(Reservation {
+            place,
+            jobs: self.jobs.clone(),
+        })
     }
 
-    /// Checks a password against a stored hash, or against a dummy hash when
-    /// there is no account, taking the same time either way.
-    pub async fn verify(&self, stored: Option<&str>, candidate: &str) -> bool {
-        let known = stored.is_some();
-        let (answer, answered) = oneshot::channel();
-        let job = Job::Verify {
-            stored: stored.map(str::to_owned),
-            candidate: candidate.to_owned(),
-            answer,
-        };
-        if self.jobs.send(job).is_err() {
-            return false;
+    pub async fn hash(
+        &self,
+        requester: &Requester,
+        password: &Password,
+    ) -> Result<String, HashError> {
+        Ok(self.reserve()?.hash(requester, password).await?)
+    }
+
+    /// Counts a real API request (authenticated, its body arrived) as in
+    /// flight until the answer is dropped: while any is, the hashing threads
+    /// rest between hashes.
+    pub fn api_request(&self) -> ApiRequest {
+        self.api.in_flight.inc();
+        ApiRequest(self.api.clone())
+    }
+
+    /// Jobs dropped unhashed so far because their requester had gone.
+    pub fn abandoned_jobs(&self) -> u64 {
+        self.queue.metrics.abandoned.get()
+    }
+
+    /// Adds the hashing's counters to `/metrics`.
+    pub fn register_metrics(&self, registry: &Registry) -> prometheus::Result<()> {
+        let metrics = &self.queue.metrics;
+        for counter in [&metrics.computed, &metrics.abandoned, &metrics.refused] {
+            registry.register(Box::new(counter.clone()))?;
         }
-        let matched = answered.await.unwrap_or(false);
-        known && matched
+        registry.register(Box::new(metrics.api_in_flight.clone()))
     }
 }
 
-/// A hashing thread: takes jobs, rests ([`Pace`]), has `idle` compute, and
-/// answers.
-fn run_hashing_thread(queue: &Mutex<mpsc::Receiver<Job>>, api: &ApiActivity, idle: &IdleArgon2) {
+/// The CPU time the calling thread has used.
+fn thread_cpu_time() -> Duration {
+    let spent = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+    Duration::new(
+        u64::try_from(spent.tv_sec).unwrap_or(0),
+        u32::try_from(spent.tv_nsec).unwrap_or(0),
+    )
+}
+
+/// A hashing thread: takes jobs, rests ([`Pace`]), hashes, and answers.
+fn run_hashing_thread(
+    received: &Mutex<mpsc::Receiver<Job>>,
+    api: &ApiActivity,
+    metrics: &HashingMetrics,
+) {
     let mut pace = Pace::default();
     loop {
-        let job = match queue.lock() {
-            Ok(queue) => queue.recv(),
+        let job = match received.lock() {
+            Ok(received) => received.recv(),
             Err(_) => return,
         };
-        while let Some(left) =
-            pace.rest_left(Instant::now(), api.in_flight.load(Ordering::Relaxed) > 0)
-        {
+        let Ok(job) = job else { return };
+        while let Some(left) = {
+            let now = Instant::now();
+            pace.rest_left(now, api.busy(now))
+        } {
             std::thread::sleep(left.min(REST_POLL));
         }
-        let started = Instant::now();
-        match job {
-            Err(_) => return,
-            Ok(Job::Hash { password, answer }) => {
-                // The asker may have gone (a closed connection): nothing to do.
-                let _ = answer.send(hash_with(idle, password.as_bytes()));
+        let Job {
+            work,
+            requester,
+            _place: place,
+        } = job;
+        if work.abandoned() || requester.gone() {
+            metrics.abandoned.inc();
+            continue;
+        }
+        metrics.computed.inc();
+        let started = thread_cpu_time();
+        // The place is given back before the answer goes out, so that the
+        // requester's next job finds it free.
+        match work {
+            Work::Hash { password, answer } => {
+                let hashed = hash_phc(password.as_bytes());
+                drop(place);
+                // The asker may have gone since: nothing to do.
+                let _ = answer.send(hashed);
             }
-            Ok(Job::Verify {
+            Work::Verify {
                 stored,
                 candidate,
                 answer,
-            }) => {
-                let stored = stored.as_deref().unwrap_or_else(|| dummy_hash(idle));
-                let _ = answer.send(verify_with(idle, stored, candidate.as_bytes()));
+            } => {
+                let stored = stored.as_deref().unwrap_or_else(|| dummy_hash());
+                let matched = verify_phc(stored, candidate.as_bytes());
+                drop(place);
+                let _ = answer.send(matched);
             }
         }
-        pace.hashed(started, Instant::now());
+        pace.hashed(thread_cpu_time().saturating_sub(started), Instant::now());
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use argon2::PasswordHasher as _;
 
     #[test]
     fn a_thread_rests_after_a_hash_only_while_the_api_is_busy() {
@@ -424,21 +513,24 @@ mod tests {
         let ms = Duration::from_millis;
         let mut pace = Pace::default();
         assert_eq!(pace.rest_left(start, true), None, "no hash yet");
-        pace.hashed(start, start + ms(40));
+        pace.hashed(ms(40), start + ms(40));
         let after = start + ms(40);
-        assert_eq!(pace.rest_left(after, true), Some(ms(360)));
-        assert_eq!(pace.rest_left(after + ms(300), true), Some(ms(60)));
+        assert_eq!(pace.rest_left(after, true), Some(ms(320)));
+        assert_eq!(pace.rest_left(after + ms(300), true), Some(ms(20)));
         assert_eq!(pace.rest_left(after, false), None, "the API is quiet");
-        assert_eq!(pace.rest_left(after + ms(360), true), None, "rested");
-        // A hash that took long (preempted again and again) rests a second.
-        pace.hashed(start, start + ms(500));
+        assert_eq!(pace.rest_left(after + ms(320), true), None, "rested");
+        // The rest follows the CPU time a hash took, not the time it waited
+        // for a CPU (which the API had), and is at most a second.
+        pace.hashed(ms(30), start + ms(500));
+        assert_eq!(pace.rest_left(start + ms(500), true), Some(ms(240)));
+        pace.hashed(ms(400), start + ms(500));
         assert_eq!(pace.rest_left(start + ms(500), true), Some(LONGEST_REST));
     }
 
     #[tokio::test]
     async fn api_requests_count_while_in_flight() {
         let hasher = PasswordHasher::new(1);
-        let in_flight = || hasher.api.in_flight.load(Ordering::Relaxed);
+        let in_flight = || hasher.api.in_flight.get();
         let first = hasher.api_request();
         let second = hasher.api_request();
         assert_eq!(in_flight(), 2);
@@ -446,16 +538,39 @@ mod tests {
         assert_eq!(in_flight(), 1);
         drop(second);
         assert_eq!(in_flight(), 0);
+        // Busy for a moment after the last one ended, then quiet.
+        let ended = Instant::now();
+        assert!(hasher.api.busy(ended));
+        assert!(!hasher
+            .api
+            .busy(ended + API_QUIET_AFTER + Duration::from_millis(5)));
     }
 
     #[tokio::test]
     async fn a_hash_verifies_only_its_own_password() -> anyhow::Result<()> {
         let hasher = PasswordHasher::new(2);
-        let hash = hasher.hash(&Password::parse("correct horse")?).await?;
+        let nobody = Requester::default();
+        let hash = hasher
+            .hash(&nobody, &Password::parse("correct horse")?)
+            .await?;
         assert!(hash.starts_with("$argon2id$v=19$m=19456,t=2,p=1$"));
-        assert!(hasher.verify(Some(&hash), "correct horse").await);
-        assert!(!hasher.verify(Some(&hash), "wrong horse").await);
-        assert!(!hasher.verify(None, "correct horse").await);
+        let verify = |stored: Option<&str>, candidate: &'static str| {
+            let reservation = hasher.reserve();
+            let stored = stored.map(str::to_owned);
+            async move {
+                match reservation {
+                    Ok(r) => {
+                        r.verify(&Requester::default(), stored.as_deref(), candidate)
+                            .await
+                    }
+                    Err(Busy) => false,
+                }
+            }
+        };
+        assert!(verify(Some(&hash), "correct horse").await);
+        assert!(!verify(Some(&hash), "wrong horse").await);
+        assert!(!verify(None, "correct horse").await);
+        assert!(!verify(Some("$argon2id$not a hash"), "correct horse").await);
         Ok(())
     }
 
@@ -468,17 +583,55 @@ mod tests {
             .map_err(|e| anyhow::anyhow!("{e}"))?
             .to_string();
         let hasher = PasswordHasher::new(1);
-        assert!(hasher.verify(Some(&stored), "battery staple").await);
-        assert!(!hasher.verify(Some(&stored), "battery stapler").await);
-        // And ours verify with the crate's own verifier.
-        let ours = hasher.hash(&Password::parse("battery staple")?).await?;
-        let parsed = PasswordHash::new(&ours).map_err(|e| anyhow::anyhow!("{e}"))?;
-        assert!(argon2::PasswordVerifier::verify_password(
-            &Argon2::default(),
-            b"battery staple",
-            &parsed
-        )
-        .is_ok());
+        let nobody = Requester::default();
+        for (candidate, right) in [("battery staple", true), ("battery stapler", false)] {
+            let reservation = hasher.reserve()?;
+            assert_eq!(
+                reservation.verify(&nobody, Some(&stored), candidate).await,
+                right
+            );
+        }
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn past_its_capacity_the_queue_refuses_until_a_place_is_free() {
+        let hasher = PasswordHasher::with_queue(1, 2);
+        let first = hasher.reserve();
+        let second = hasher.reserve();
+        assert!(first.is_ok() && second.is_ok());
+        assert!(matches!(hasher.reserve(), Err(Busy)));
+        drop(first);
+        assert!(hasher.reserve().is_ok(), "a place was given back");
+    }
+
+    #[tokio::test]
+    async fn a_job_whose_requester_has_gone_is_not_hashed() -> anyhow::Result<()> {
+        let hasher = PasswordHasher::with_queue(1, 8);
+        // Keep the one thread busy, then queue verifications and abandon them.
+        let password = Password::parse("correct horse")?;
+        let nobody = Requester::default();
+        let busy = hasher.reserve()?.hash(&nobody, &password);
+        let abandoned: Vec<_> = (0..3)
+            .map(|_| {
+                let reservation = hasher.reserve();
+                async move {
+                    if let Ok(r) = reservation {
+                        r.verify(&Requester::default(), None, "x").await;
+                    }
+                }
+            })
+            .collect();
+        let (hashed, _) = tokio::join!(busy, async {
+            // Each is polled once (so it is queued), then dropped.
+            for job in abandoned {
+                let _ = tokio::time::timeout(Duration::ZERO, job).await;
+            }
+        });
+        hashed?;
+        // A last job goes through the queue after the abandoned ones.
+        hasher.hash(&nobody, &password).await?;
+        assert_eq!(hasher.abandoned_jobs(), 3);
         Ok(())
     }
 }

@@ -5,7 +5,7 @@
 //! can lock another person out. Every typed password is checked through
 //! [`confirm_password`]: sign-in and the contact change alike.
 
-use super::password::PasswordHasher;
+use super::password::{PasswordHasher, Requester};
 use crate::domain::{micros, now_micros};
 use crate::store::{Store, StoreError};
 use std::net::IpAddr;
@@ -18,10 +18,11 @@ const FIRST_BACKOFF: Duration = Duration::from_secs(30);
 const MAX_BACKOFF: Duration = Duration::from_secs(15 * 60);
 
 /// Who is trying: the account (its id, or the identifier typed when there is no
-/// such account) and the client address.
+/// such account), the client address, and who waits for the answer.
 pub struct Attempt {
     pair_key: String,
     ip_key: String,
+    requester: Requester,
 }
 
 impl Attempt {
@@ -29,7 +30,13 @@ impl Attempt {
         Self {
             pair_key: format!("pair:{}:{ip}", account.to_lowercase()),
             ip_key: format!("ip:{ip}"),
+            requester: Requester::default(),
         }
+    }
+
+    /// The attempt's password is not checked once `requester` has gone.
+    pub fn waited_on_by(self, requester: Requester) -> Self {
+        Self { requester, ..self }
     }
 }
 
@@ -101,12 +108,16 @@ pub enum Confirmation {
     Refused,
     /// Too many failures lately: nothing was checked; try again after this.
     Wait(Duration),
+    /// The hashing queue is full: nothing was checked or counted.
+    Busy,
 }
 
 /// Checks `password` against an account's `password_hash`, throttled: the
 /// attempt is admitted (or must wait) and counted as a failure before the hash
 /// is checked, and forgotten when the password is right. `None` stands for an
 /// account that does not exist: the same work is done, and it is refused.
+/// The attempt takes its place in the hashing queue first, so a full queue
+/// costs the account no failure.
 pub async fn confirm_password(
     store: &dyn Store,
     hasher: &PasswordHasher,
@@ -114,11 +125,17 @@ pub async fn confirm_password(
     password_hash: Option<&str>,
     password: &str,
 ) -> Result<Confirmation, StoreError> {
+    let Ok(reservation) = hasher.reserve() else {
+        return Ok(Confirmation::Busy);
+    };
     let admitted = match admit(store, attempt).await? {
         Ok(admitted) => admitted,
         Err(wait) => return Ok(Confirmation::Wait(wait)),
     };
-    if !hasher.verify(password_hash, password).await {
+    if !reservation
+        .verify(&attempt.requester, password_hash, password)
+        .await
+    {
         return Ok(Confirmation::Refused);
     }
     succeeded(store, attempt, admitted).await?;

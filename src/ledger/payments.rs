@@ -333,7 +333,6 @@ impl Update {
 pub struct Updated {
     pub payment: Payment,
     pub refund: Option<Payment>,
-    pub balance: Money,
     /// The answer is the replay of an earlier request with the same key.
     pub replayed: bool,
 }
@@ -381,7 +380,6 @@ async fn replayed_update(
     Ok(Some(Updated {
         payment,
         refund,
-        balance: Money::from_cents(stored.balance_cents.unwrap_or(0)),
         replayed: true,
     }))
 }
@@ -459,17 +457,11 @@ pub async fn update(
         }
         Update::Cancel => returning(&payment, PaymentStatus::Cancelled, now),
     };
-    transition.balance_of = Some(user.id.clone());
     transition.idempotency = idempotency.clone();
     match store.apply_transition(&transition).await? {
-        TransitionOutcome::Applied {
-            payment,
-            refund,
-            balance_cents,
-        } => Ok(Updated {
+        TransitionOutcome::Applied { payment, refund } => Ok(Updated {
             payment: *payment,
             refund: refund.map(|r| *r),
-            balance: Money::from_cents(balance_cents.unwrap_or(0)),
             replayed: false,
         }),
         TransitionOutcome::NotPending => Err(UpdateError::InvalidState),
@@ -498,7 +490,6 @@ fn base(payment: &Payment, status: PaymentStatus, entry_kind: EntryKind, now: i6
         entry_kind,
         moves: Vec::new(),
         refund: None,
-        balance_of: None,
         skip_locked: false,
         unclaimed_only: false,
         only_if_active: None,

@@ -436,13 +436,15 @@ const RESPONSE_PARAMETERS: &[&str] = &[
 
 /// The override policy (SPEC §6): `RedirectUrl::admits_override` (origin,
 /// path, dot segments, fragment), and a query free of the response's
-/// parameters.
+/// parameters, whatever their letter case: many apps read query names without
+/// regard to case, so `Access_Token` would stand for `access_token` there.
 fn allowed_override(registered: &RedirectUrl, given: &str) -> Option<Url> {
     let given = registered.admits_override(given)?;
-    let clean_query = !given
-        .url()
-        .query_pairs()
-        .any(|(name, _)| RESPONSE_PARAMETERS.contains(&name.as_ref()));
+    let clean_query = !given.url().query_pairs().any(|(name, _)| {
+        RESPONSE_PARAMETERS
+            .iter()
+            .any(|parameter| parameter.eq_ignore_ascii_case(&name))
+    });
     clean_query.then(|| given.url().clone())
 }
 
@@ -589,4 +591,50 @@ fn finish(url: &mut Url, state: Option<&str>, issuer: &str) {
         pairs.append_pair("state", state);
     }
     pairs.append_pair("iss", issuer);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_override_may_not_hold_a_response_parameter_in_any_letter_case() {
+        let Ok(registered) = RedirectUrl::parse("https://app.example.com/cb") else {
+            panic!("a valid redirect URL");
+        };
+        let base = "https://app.example.com/cb";
+        for (query, allowed) in [
+            ("", true),
+            ("?x=1", true),
+            ("?tokens=1&codes=2", true),
+            ("?access_token_hint=1", true),
+            ("?access_token=x", false),
+            ("?Access_Token=x", false),
+            ("?ACCESS_TOKEN=x", false),
+            ("?access%5Ftoken=x", false),
+            ("?Access%5FToken=x", false),
+            ("?x=1&CODE=x", false),
+            ("?State=x", false),
+            ("?ISS=x", false),
+            ("?Error_Description=x", false),
+            ("?Token_Type=x", false),
+            ("?Expires_In=x", false),
+            ("?sCoPe=x", false),
+            ("?ERROR", false),
+        ] {
+            assert_eq!(
+                allowed_override(&registered, &format!("{base}{query}")).is_some(),
+                allowed,
+                "{query}"
+            );
+        }
+        // Every response parameter, in upper case, is refused.
+        for parameter in RESPONSE_PARAMETERS {
+            let query = format!("?{}=x", parameter.to_ascii_uppercase());
+            assert!(
+                allowed_override(&registered, &format!("{base}{query}")).is_none(),
+                "{query}"
+            );
+        }
+    }
 }

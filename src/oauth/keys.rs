@@ -295,18 +295,22 @@ impl KeyRing {
     #[tracing::instrument(skip_all)]
     pub async fn ensure_first_keys(&self, store: &dyn Store) -> Result<(), KeyError> {
         let rows = store.signing_keys().await?;
-        let mut made = false;
         for alg in IdTokenAlg::ALL {
             if rows.iter().any(|r| r.alg == alg.as_str()) {
                 continue;
             }
             let now = now_micros();
             let row = self.make(alg, now, now).await?;
-            made |= store.insert_signing_key(&row, true).await?;
+            // Another instance may have stored its first key just before:
+            // then this one is dropped.
+            store.insert_signing_key(&row, true).await?;
         }
-        if made {
-            self.forget_rows();
-        }
+        // The rows read before may lack keys stored since, by this instance
+        // or by another (even when this one stored none: another may have
+        // finished between that read and the one above), so the next use
+        // reads them again (this runs at start, before a rotation, and when
+        // the rows lacked a key: rarely).
+        self.forget_rows();
         Ok(())
     }
 

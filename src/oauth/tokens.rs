@@ -86,6 +86,10 @@ pub enum IntrospectError {
     Expired,
     #[error("the token's account or app is suspended")]
     Suspended,
+    /// The token was not looked up: the caller's gate refused the read
+    /// (too many bad tokens from its client lately), for this long.
+    #[error("too many unusable tokens lately")]
+    Throttled(Duration),
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -101,12 +105,18 @@ fn claimed_kind(token: &str) -> Option<TokenKind> {
     }
 }
 
-/// Checks a presented token. Malformed tokens are refused without a look-up.
+/// Asked with a token's digest before the store is read for it (never for a
+/// token answered from memory): `Err(wait)` refuses the read.
+pub type ReadGate<'a> = &'a (dyn Fn(&str) -> Result<(), Duration> + Sync);
+
+/// Checks a presented token. Malformed tokens are refused without a look-up;
+/// `gate` may refuse the look-up of the others.
 #[tracing::instrument(skip_all)]
 pub async fn introspect(
     store: &dyn Store,
     cache: &TokenCache,
     token: &str,
+    gate: ReadGate<'_>,
 ) -> Result<ActiveToken, IntrospectError> {
     let kind = claimed_kind(token).ok_or(IntrospectError::Invalid)?;
     // The primary key is the digest itself, so the look-up compares digests in
@@ -116,6 +126,7 @@ pub async fn introspect(
     let record = match cache.get(&digest, epoch) {
         Some(remembered) => Some(remembered.value.clone()),
         None => {
+            gate(&digest).map_err(IntrospectError::Throttled)?;
             let read_at = Instant::now();
             let record = store.find_token(&digest).await?;
             if let Some(record) = &record {
@@ -137,11 +148,14 @@ pub async fn introspect_with_friends_count(
     store: &dyn Store,
     cache: &TokenCache,
     token: &str,
+    gate: ReadGate<'_>,
 ) -> Result<(ActiveToken, i64), IntrospectError> {
     let kind = claimed_kind(token).ok_or(IntrospectError::Invalid)?;
     let digest = credentials::digest(token);
     let epoch = store.revocation_epoch();
     if let Some(remembered) = cache.get(&digest, epoch) {
+        // A dead token costs no read of its user.
+        dead(kind, &remembered.value)?;
         let found = store
             .find_user_with_friends_count(&remembered.value.user.id)
             .await?;
@@ -154,6 +168,7 @@ pub async fn introspect_with_friends_count(
         };
         return Ok((check(kind, Some(record))?, friends_count));
     }
+    gate(&digest).map_err(IntrospectError::Throttled)?;
     let read_at = Instant::now();
     let record = store.find_token_with_friends_count(&digest).await?;
     let friends_count = record
@@ -167,7 +182,9 @@ pub async fn introspect_with_friends_count(
 }
 
 /// What `POST /oauth/introspect` finds: the calling app authenticated, and the
-/// token checked, read together in one statement.
+/// token checked, read together in one statement. A token issued to another
+/// app (or a personal access token) is as good as unknown, unless the caller
+/// may introspect any token.
 #[tracing::instrument(skip_all)]
 pub async fn introspect_for_client(
     store: &dyn Store,
@@ -209,21 +226,33 @@ pub async fn introspect_for_client(
             .map(|c| (c.secret_digest.as_str(), c.suspended)),
         client_secret,
     )?;
+    // RFC 7662 §4, RFC 9700 R36: an app learns only about its own tokens,
+    // unless an operator made it a resource server.
+    let may_see = |record: &TokenRecord| {
+        client.as_ref().is_some_and(|c| c.introspect_any)
+            || record.client_id.as_deref() == Some(client_id)
+    };
     Ok(match kind {
-        Some(kind) => check(kind, record),
+        Some(kind) => check(kind, record.filter(may_see)),
         None => Err(IntrospectError::Invalid),
     })
 }
 
-/// Whether a token found (or not) under a presented token's digest is alive.
-fn check(kind: TokenKind, record: Option<TokenRecord>) -> Result<ActiveToken, IntrospectError> {
-    let record = record.ok_or(IntrospectError::Invalid)?;
+/// Refuses a token revoked, expired, or presented as another kind.
+fn dead(kind: TokenKind, record: &TokenRecord) -> Result<(), IntrospectError> {
     if record.revoked || record.token_kind != kind.as_str() {
         return Err(IntrospectError::Invalid);
     }
     if record.expires_at <= now_micros() {
         return Err(IntrospectError::Expired);
     }
+    Ok(())
+}
+
+/// Whether a token found (or not) under a presented token's digest is alive.
+fn check(kind: TokenKind, record: Option<TokenRecord>) -> Result<ActiveToken, IntrospectError> {
+    let record = record.ok_or(IntrospectError::Invalid)?;
+    dead(kind, &record)?;
     if record.user.suspended || record.app_suspended {
         return Err(IntrospectError::Suspended);
     }

@@ -36,7 +36,7 @@ pub use payments::{
 pub use postgres::PgStore;
 pub use sqlite::{SqliteStore, PAGE_LIMIT_FILE_VARIABLE as SQLITE_PAGE_LIMIT_FILE_VARIABLE};
 pub use traits::{AccountStore, Claimant, OAuthStore, PaymentStore, Store, UserKey, UserStore};
-pub use verification::{Channel, NewVerification, SendLimits};
+pub use verification::{Channel, NewVerification, SendCount, SendLimits};
 
 use crate::config::DatabaseUrl;
 use std::sync::Arc;

@@ -77,6 +77,8 @@ pub struct App {
     pub owner_id: String,
     pub suspended: bool,
     pub created_at: i64,
+    /// A resource server: introspection answers it about any app's tokens.
+    pub introspect_any: bool,
 }
 
 /// The fields of an app its owner may change.

@@ -132,6 +132,9 @@ pub struct IntrospectingClient {
     pub secret_digest: String,
     #[sqlx(rename = "caller_suspended")]
     pub suspended: bool,
+    /// May learn about tokens issued to other apps.
+    #[sqlx(rename = "caller_introspect_any")]
+    pub introspect_any: bool,
 }
 
 /// A code taken for exchange.
@@ -244,7 +247,8 @@ pub(crate) fn token_queries() -> &'static TokenQueries {
         // token is unknown).
         client_and_token: format!(
             "SELECT c.client_id AS caller_client_id, c.secret_digest AS caller_secret_digest, \
-             c.suspended AS caller_suspended, tok.* \
+             c.suspended AS caller_suspended, c.introspect_any AS caller_introspect_any, \
+             tok.* \
              FROM apps c LEFT JOIN ({}) tok ON TRUE \
              WHERE c.client_id = $1",
             token_select(2, false)

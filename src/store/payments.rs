@@ -429,8 +429,6 @@ pub struct Transition {
     pub moves: Vec<Move>,
     /// A refund payment to insert and link from the payment.
     pub refund: Option<Payment>,
-    /// Whose balance to report afterwards.
-    pub balance_of: Option<String>,
     /// Workers pass by payments another instance holds (PostgreSQL `SKIP LOCKED`).
     pub skip_locked: bool,
     /// Applies only while no account has claimed the payment (expiry must not
@@ -457,7 +455,6 @@ pub enum TransitionOutcome {
     Applied {
         payment: Box<Payment>,
         refund: Option<Box<Payment>>,
-        balance_cents: Option<i64>,
     },
     /// The payment is no longer pending (or another worker holds it).
     NotPending,

@@ -113,6 +113,16 @@ impl queries::Connections for PgStore {
         Ok(None)
     }
 
+    /// `VACUUM FULL` writes the table anew and drops its old file, dead rows
+    /// and all (a role that does not own the table gets a warning from
+    /// PostgreSQL and nothing done). Outside a transaction, as VACUUM must be.
+    async fn erase_deleted(&self) -> Result<(), StoreError> {
+        sqlx::raw_sql("VACUUM FULL server_settings")
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
     async fn lease(&self) -> Result<Lease<'_, Postgres>, StoreError> {
         Ok(self.statements.lease().await?)
     }

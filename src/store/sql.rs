@@ -17,7 +17,7 @@ pub(crate) use user_columns;
 macro_rules! app_columns {
     () => {
         "client_id, secret_digest, name, description, redirect_url, \
-         site_url, owner_id, suspended, created_at"
+         site_url, owner_id, suspended, created_at, introspect_any"
     };
 }
 pub(crate) use app_columns;

@@ -230,6 +230,27 @@ impl queries::Connections for SqliteStore {
         Ok(Some(()))
     }
 
+    /// `VACUUM` writes every page of the database anew and drops the free
+    /// ones, where deleted rows' bytes stay; the checkpoint then copies it
+    /// into the database file and truncates the WAL, which held the old
+    /// pages. A checkpoint that readers keep from finishing is tried again.
+    async fn erase_deleted(&self) -> Result<(), StoreError> {
+        let mut writer = self.writer.acquire().await?;
+        sqlx::query("VACUUM").execute(&mut *writer).await?;
+        for _ in 0..50 {
+            let (busy,): (i64,) = sqlx::query_as("PRAGMA wal_checkpoint(TRUNCATE)")
+                .fetch_one(&mut *writer)
+                .await?;
+            if busy == 0 {
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Err(StoreError::Unavailable(sqlx::Error::Protocol(
+            "readers kept the WAL from being emptied for 5 s".to_owned(),
+        )))
+    }
+
     async fn lease(&self) -> Result<Lease<'_, Sqlite>, StoreError> {
         Ok(self.readers.lease().await?)
     }

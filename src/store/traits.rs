@@ -8,7 +8,7 @@ use super::{
     App, AppUpdate, AuditChunk, AuditSnapshot, CodeCheck, CodeUse, Consent, ConsentRow, DuePayment,
     IdempotencyKey, InsertOutcome, IntrospectingClient, Movement, NewApp, NewCode, NewGrant,
     NewReveal, NewToken, NewUser, NewVerification, Payment, PaymentFilter, PaymentInsert,
-    PersonalToken, Presented, ProfileUpdate, RefreshUse, Retention, SendLimits, Settlement,
+    PersonalToken, Presented, ProfileUpdate, RefreshUse, Retention, SendCount, Settlement,
     SigninDecision, StoreError, StoredIdempotencyKey, TokenRecord, Transition, TransitionOutcome,
     User, UserFlags, UserSearch,
 };
@@ -62,12 +62,25 @@ pub trait Store:
     fn revocation_epoch(&self) -> u64;
 
     /// Returns the stored value of a server setting, storing `candidate` first if
-    /// there is none yet. Racing callers all get the one value that won.
+    /// there is none yet. Racing callers all get the one value that won. Never
+    /// for a secret: a copy of the database must yield no usable credential.
     async fn server_setting_or_insert(
         &self,
         key: &str,
         candidate: &str,
     ) -> Result<String, StoreError>;
+
+    /// The stored value of a server setting, if any.
+    async fn server_setting(&self, key: &str) -> Result<Option<String>, StoreError>;
+
+    /// Deletes a server setting and then, when there was one, erases what the
+    /// deleted row leaves in the database's files, so that a copy of the
+    /// database made afterwards holds no trace of it: SQLite rebuilds the
+    /// database file (`VACUUM`, the time of a full copy) and empties its WAL;
+    /// PostgreSQL rewrites the table (`VACUUM FULL server_settings`, skipped
+    /// with a warning by PostgreSQL when the role does not own it; the server's
+    /// own write-ahead log is out of reach). Whether there was one.
+    async fn forget_server_setting(&self, key: &str) -> Result<bool, StoreError>;
 
     /// Deletes every row the retention rules no longer need; how many.
     async fn purge(&self, retention: &Retention) -> Result<u64, StoreError>;
@@ -139,14 +152,15 @@ pub trait AccountStore: Send + Sync {
     /// expired, or its address is no longer the account's.
     async fn use_verification(&self, digest: &str, now: i64) -> Result<Option<User>, StoreError>;
 
-    /// Records a verification send to `address` at `now` if `limits` allow it;
-    /// otherwise `Err(moment)`, the first moment a send is allowed again.
-    /// Atomic across instances: racing callers cannot both pass a limit.
+    /// Records a verification send at `now` under each of `counts` if every
+    /// one's limits allow it; otherwise records nothing and answers
+    /// `Err(moment)`, the latest of the refusing keys' first moments a send is
+    /// allowed again. Atomic across instances: racing callers cannot both
+    /// pass a limit.
     async fn reserve_verification_send(
         &self,
-        address: &str,
+        counts: &[SendCount<'_>],
         now: i64,
-        limits: SendLimits,
     ) -> Result<Result<(), i64>, StoreError>;
 
     /// Admits a sign-in attempt: with each key locked (so parallel attempts
@@ -196,6 +210,14 @@ pub trait OAuthStore: Send + Sync {
         &self,
         client_id: &str,
         suspended: bool,
+    ) -> Result<Option<App>, StoreError>;
+
+    /// Makes an app a resource server that may introspect any app's tokens,
+    /// or not; `None` for an unknown app.
+    async fn set_app_introspect_any(
+        &self,
+        client_id: &str,
+        introspect_any: bool,
     ) -> Result<Option<App>, StoreError>;
 
     async fn apps_of_owner(&self, owner_id: &str) -> Result<Vec<App>, StoreError>;

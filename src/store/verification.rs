@@ -26,7 +26,15 @@ pub struct NewVerification {
     pub expires_at: i64,
 }
 
-/// The limits on verification links per address, in microseconds.
+/// One count a verification send is held to: the key it is counted under
+/// (an address, or a client IP) and that key's limits.
+#[derive(Debug, Clone, Copy)]
+pub struct SendCount<'a> {
+    pub key: &'a str,
+    pub limits: SendLimits,
+}
+
+/// The limits on verification links per key, in microseconds.
 #[derive(Debug, Clone, Copy)]
 pub struct SendLimits {
     /// At most one send within this span.

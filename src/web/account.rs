@@ -243,6 +243,7 @@ pub async fn update_contacts(
     let change = ContactChange {
         user: &user,
         from: client_ip(&req),
+        requester: super::signin::requester(&req),
         password: &form.password,
         wanted,
     };
@@ -272,6 +273,7 @@ pub async fn update_contacts(
             },
         ),
         Err(ChangeContactsError::Wait(wait)) => return Err(PageError::wait(wait)),
+        Err(ChangeContactsError::Busy(_)) => return Err(PageError::Busy),
         Err(ChangeContactsError::WrongPassword) => {
             refused.error("password", "That is not your password.");
             return Err(back(&refused));

@@ -3,15 +3,19 @@
 use super::forms::{PageForm, PageQuery};
 use super::session::{self, safe_return_to, CurrentUser, Page};
 use super::view::{page, see_other, PageError};
+use crate::auth::password::{Connection, Requester};
 use crate::auth::throttle::{confirm_password, Attempt, Confirmation};
 use crate::domain::{Email, Phone, Username};
 use crate::state::AppState;
 use crate::store::{Store, StoreError, User, UserKey};
 use actix_session::Session;
+use actix_tls::accept::rustls_0_23::TlsStream;
+use actix_web::dev::Extensions;
 use actix_web::http::StatusCode;
 use actix_web::{HttpRequest, HttpResponse};
 use askama::Template;
 use serde::Deserialize;
+use std::any::Any;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 #[derive(Template)]
@@ -104,7 +108,7 @@ pub async fn submit(
     let account_key = user
         .as_ref()
         .map_or_else(|| identifier.to_lowercase(), |u| u.id.clone());
-    let attempt = Attempt::new(&account_key, client_ip(&req));
+    let attempt = Attempt::new(&account_key, client_ip(&req)).waited_on_by(requester(&req));
     // The same work and the same answer whether the account exists or not.
     let password_hash = user.as_ref().map(|u| u.password_hash.as_str());
     let confirmation = confirm_password(
@@ -117,6 +121,7 @@ pub async fn submit(
     .await?;
     let user = match (confirmation, user) {
         (Confirmation::Wait(wait), _) => return Err(PageError::wait(wait)),
+        (Confirmation::Busy, _) => return Err(PageError::Busy),
         (Confirmation::Confirmed, Some(user)) => user,
         _ => {
             session::flash(&session, "Incorrect username or password.");
@@ -165,6 +170,34 @@ pub fn limit_per_address(req: &HttpRequest, state: &AppState) -> Result<(), Page
         .rate_limits
         .check_oauth(client_ip(req))
         .map_err(PageError::wait)
+}
+
+/// Keeps each connection's socket with the connection's data, so that a
+/// password job can see whether its requester is still there (SPEC §9).
+pub fn remember_connection(connection: &dyn Any, data: &mut Extensions) {
+    use actix_web::rt::net::TcpStream;
+    use std::os::fd::AsFd;
+    let socket = if let Some(plain) = connection.downcast_ref::<TcpStream>() {
+        plain.as_fd().try_clone_to_owned()
+    } else if let Some(tls) = connection.downcast_ref::<TlsStream<TcpStream>>() {
+        tls.get_ref().0.as_fd().try_clone_to_owned()
+    } else {
+        return;
+    };
+    match socket {
+        Ok(socket) => {
+            data.insert(Connection::new(socket));
+        }
+        // Out of descriptors: the request is served, only not watched.
+        Err(error) => tracing::warn!(%error, "cannot keep a connection's socket"),
+    }
+}
+
+/// Who waits for a request's password job: its connection.
+pub fn requester(req: &HttpRequest) -> Requester {
+    req.conn_data::<Connection>()
+        .map(Connection::requester)
+        .unwrap_or_default()
 }
 
 /// Who a request comes from, for throttling and rate limits: the connection's

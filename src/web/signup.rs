@@ -2,7 +2,7 @@
 
 use super::forms::{self, sentence, FormState, PageForm, PageQuery};
 use super::session::{self, CurrentUser, Page, SignedIn};
-use super::signin::limit_per_address;
+use super::signin::{client_ip, limit_per_address, requester};
 use super::view::{links_message, page, see_other, LinksWording, PageError};
 use crate::accounts::{self, CreateAccountError, NewAccount};
 use crate::domain::{Email, Password, Phone, Username};
@@ -132,12 +132,24 @@ pub async fn submit(
     Page { state, session }: Page,
     form: PageForm<SignUpForm>,
 ) -> Result<HttpResponse, PageError> {
-    // Each sign-up costs a password hash and a message.
+    // Each sign-up costs a password hash and a message: bounded per address,
+    // by the OAuth endpoints' limit and by the sign-ups' own (SPEC §9).
     limit_per_address(&req, &state)?;
+    state
+        .rate_limits
+        .check_signup(client_ip(&req))
+        .map_err(PageError::wait)?;
     let (form, account) = form
         .parse_with(|form| parse(form).map(|account| (form.clone(), account)))
         .map_err(|refused| forms::refuse(&session, FORM, &refused, "/signup"))?;
-    let user = match accounts::create(state.store.as_ref(), &state.hasher, account).await {
+    let created = accounts::create(
+        state.store.as_ref(),
+        &state.hasher,
+        &requester(&req),
+        account,
+    )
+    .await;
+    let user = match created {
         Ok(user) => user,
         Err(CreateAccountError::Taken(field)) => {
             let mut refused = FormState::with_values(&[
@@ -158,11 +170,12 @@ pub async fn submit(
             );
             return Err(forms::refuse(&session, FORM, &refused, "/signup"));
         }
+        Err(CreateAccountError::Busy(_)) => return Err(PageError::Busy),
         Err(CreateAccountError::Store(e)) => return Err(e.into()),
         Err(CreateAccountError::Unexpected(e)) => return Err(PageError::Unexpected(e)),
     };
     session::sign_in(&session, &user.id)?;
-    let links = send_links(&state, &user).await;
+    let links = send_links(&req, &state, &user).await;
     let sent = format!(
         "Welcome to Tally! We sent a verification link to {}. Open it to verify your account.",
         user.email.as_deref().unwrap_or("your address")
@@ -239,12 +252,13 @@ pub async fn verify(
     Ok(see_other("/verify"))
 }
 
-async fn send_links(state: &AppState, user: &User) -> Links {
+async fn send_links(req: &HttpRequest, state: &AppState, user: &User) -> Links {
     verification::send_links(
         state.store.as_ref(),
         &state.mailer,
         &state.public_origin,
         user,
+        client_ip(req),
     )
     .await
 }
@@ -256,7 +270,7 @@ pub async fn resend(
     SignedIn(user): SignedIn,
 ) -> Result<HttpResponse, PageError> {
     limit_per_address(&req, &state)?;
-    let links = send_links(&state, &user).await;
+    let links = send_links(&req, &state, &user).await;
     let wording = LinksWording {
         nothing_to_send: "Your account is already verified.",
         sent: "We sent a new verification link.",

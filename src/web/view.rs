@@ -150,10 +150,20 @@ pub enum PageError {
     TooManyRequests { retry_after_secs: u64 },
     #[error("the form is larger than 64 KiB")]
     PayloadTooLarge,
+    /// The body had not arrived whole in time (SPEC §9).
+    #[error("the form did not arrive in time; send it again")]
+    RequestTimeout,
+    /// A method the server knows for no resource (answered 405 with
+    /// `Allow`, RFC 9110 §15.5.6).
+    #[error("this server implements no such method")]
+    UnknownMethod,
     #[error("send the form as the page does (application/x-www-form-urlencoded)")]
     UnsupportedMediaType,
     #[error("the service is unavailable; try again later")]
     Unavailable,
+    /// The password hashing queue is full (SPEC §9).
+    #[error("Too many people are signing in right now, so your password was not checked. Please try again in a few seconds.")]
+    Busy,
     #[error("something went wrong on our side")]
     Unexpected(#[source] anyhow::Error),
 }
@@ -185,8 +195,10 @@ impl ResponseError for PageError {
             Self::SignInRequired { .. } | Self::FormRefused { .. } => StatusCode::SEE_OTHER,
             Self::TooManyRequests { .. } => StatusCode::TOO_MANY_REQUESTS,
             Self::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
+            Self::UnknownMethod => StatusCode::METHOD_NOT_ALLOWED,
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            Self::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Unavailable | Self::Busy => StatusCode::SERVICE_UNAVAILABLE,
             Self::Unexpected(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -217,8 +229,12 @@ impl ResponseError for PageError {
             Self::SignInRequired { .. } => "Sign in first",
             Self::FormRefused { .. } => "This form needs changes",
             Self::TooManyRequests { .. } => "Too many attempts",
-            Self::PayloadTooLarge | Self::UnsupportedMediaType => "This form cannot be accepted",
+            Self::PayloadTooLarge | Self::UnsupportedMediaType | Self::RequestTimeout => {
+                "This form cannot be accepted"
+            }
+            Self::UnknownMethod => "This request cannot be served",
             Self::Unavailable => "Tally is unavailable",
+            Self::Busy => "Tally is busy",
             Self::Unexpected(_) => "Something went wrong",
         };
         let message = self.to_string();
@@ -236,8 +252,15 @@ impl ResponseError for PageError {
         let retry_after = match self {
             Self::TooManyRequests { retry_after_secs } => Some(*retry_after_secs),
             Self::Unavailable => Some(crate::api::UNAVAILABLE_RETRY_AFTER_SECS),
+            Self::Busy => Some(crate::auth::password::Busy::RETRY_AFTER_SECS),
             _ => None,
         };
+        if let Self::UnknownMethod = self {
+            response.headers_mut().insert(
+                header::ALLOW,
+                HeaderValue::from_static(crate::state::SERVED_METHODS),
+            );
+        }
         if let Some(secs) = retry_after {
             if let Ok(value) = HeaderValue::from_str(&secs.to_string()) {
                 response.headers_mut().insert(header::RETRY_AFTER, value);

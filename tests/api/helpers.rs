@@ -117,10 +117,18 @@ async fn connect_admin(server: &str) -> sqlx::PgConnection {
         .unwrap_or_else(|e| panic!("cannot reach PostgreSQL at {POSTGRES_URL_VARIABLE}: {e}"))
 }
 
-/// Settings as a test wants them: defaults, a fresh database, any free port.
+/// The `TALLY_SECRET_KEY` of the tests on PostgreSQL, where it is required:
+/// one for all, so that the instances of a test on one database share it.
+pub const POSTGRES_SECRET_KEY: &str = "tally-test-secret-key-0123456789abcdef0123456789abcdef";
+
+/// Settings as a test wants them: defaults, a fresh database, any free port,
+/// and on PostgreSQL the secret key (SQLite makes its key file).
 pub fn test_settings(db: &TestDb) -> Settings {
     let mut settings = Settings::from_lookup(|_| None).expect("default settings");
     settings.database_url = db.url.clone();
+    if matches!(db.url, DatabaseUrl::Postgres(_)) {
+        settings.secret_key = Some(POSTGRES_SECRET_KEY.to_owned().into());
+    }
     settings.listen = "127.0.0.1:0".parse().expect("an address");
     settings
 }
@@ -248,7 +256,8 @@ impl ServeProcess {
         Self::start_command("serve", db_url, env)
     }
 
-    /// `tally serve` or `tally demo`.
+    /// `tally serve` or `tally demo` (on PostgreSQL with
+    /// [`POSTGRES_SECRET_KEY`] unless `env` sets `TALLY_SECRET_KEY`).
     pub fn start_command(subcommand: &str, db_url: &str, env: &[(&str, &str)]) -> Self {
         use std::io::{BufRead, Read};
         let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_tally"));
@@ -260,6 +269,10 @@ impl ServeProcess {
             .env("TALLY_LOG_FORMAT", "json")
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped());
+        // Required on PostgreSQL; `env` may unset it with an empty value.
+        if db_url.starts_with("postgres") {
+            command.env("TALLY_SECRET_KEY", POSTGRES_SECRET_KEY);
+        }
         for (key, value) in env {
             command.env(key, value);
         }

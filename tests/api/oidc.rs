@@ -11,6 +11,7 @@ on_both_backends!(
     an_apps_id_token_algorithm_is_set_by_the_operator,
     the_discovery_document_names_one_issuer_and_only_endpoints_that_exist,
     the_developer_tab_chooses_an_apps_id_token_algorithm,
+    instances_making_the_first_keys_together_all_publish_the_same_keys,
 );
 
 /// The deployment's secret key in these tests, given to the server and to
@@ -269,7 +270,7 @@ async fn an_apps_id_token_algorithm_is_set_by_the_operator(backend: Backend) {
     assert!(set.status.success(), "{}", set.stderr);
     assert_eq!(
         set.json(),
-        serde_json::json!({"client_id": f.client_id, "id_token_alg": "ES256"})
+        serde_json::json!({"client_id": f.client_id, "introspect_any": false, "id_token_alg": "ES256"})
     );
     assert_eq!(
         app.store
@@ -299,7 +300,8 @@ async fn an_apps_id_token_algorithm_is_set_by_the_operator(backend: Backend) {
     assert_eq!(bad.status.code(), Some(1));
     assert_eq!(bad.json()["error"]["code"], "invalid_request");
     let nothing = admin(&app, &["app", "set", &f.client_id, "--json"]);
-    assert_eq!(nothing.status.code(), Some(1));
+    assert_eq!(nothing.status.code(), Some(2));
+    assert_eq!(nothing.json()["error"]["code"], "invalid_arguments");
     assert_eq!(
         app.store
             .id_token_alg(&f.client_id)
@@ -307,6 +309,46 @@ async fn an_apps_id_token_algorithm_is_set_by_the_operator(backend: Backend) {
             .unwrap()
             .as_deref(),
         Some("ES256")
+    );
+    // One command may change both settings; a refused one changes neither.
+    let refused = admin(
+        &app,
+        &[
+            "app",
+            "set",
+            &f.client_id,
+            "--introspect-any",
+            "--id-token-alg",
+            "HS256",
+            "--json",
+        ],
+    );
+    assert_eq!(refused.status.code(), Some(1));
+    assert_eq!(refused.json()["error"]["code"], "invalid_request");
+    let app_row = app.store.find_app(&f.client_id).await.unwrap().unwrap();
+    assert!(!app_row.introspect_any, "nothing changed");
+    let both = admin(
+        &app,
+        &[
+            "app",
+            "set",
+            &f.client_id,
+            "--introspect-any",
+            "--id-token-alg",
+            "EdDSA",
+            "--json",
+        ],
+    );
+    assert!(both.status.success(), "{}", both.stderr);
+    assert_eq!(
+        both.json(),
+        serde_json::json!({"client_id": f.client_id, "introspect_any": true, "id_token_alg": "EdDSA"})
+    );
+    let text = admin(&app, &["app", "set", &f.client_id, "--no-introspect-any"]);
+    assert!(text.status.success(), "{}", text.stderr);
+    assert_eq!(
+        text.stdout.trim(),
+        format!("{}: introspect_any=false id_token_alg=EdDSA", f.client_id)
     );
 }
 
@@ -458,4 +500,53 @@ async fn the_developer_tab_chooses_an_apps_id_token_algorithm(backend: Backend) 
             .as_deref(),
         Some("EdDSA")
     );
+}
+
+/// Instances of one deployment on a database without keys, each asked for the
+/// key set at once: each makes first keys, the store keeps one per algorithm,
+/// and every instance publishes those (none answers from the empty rows it
+/// read before another's keys were stored).
+async fn instances_making_the_first_keys_together_all_publish_the_same_keys(backend: Backend) {
+    let Some(first) = spawn_oidc(backend).await else {
+        return;
+    };
+    let mut origins = vec![first.origin.clone()];
+    for _ in 0..2 {
+        let mut settings = crate::helpers::test_settings(&first.db);
+        settings.secret_key = Some(secrecy::SecretString::from(SECRET_KEY));
+        let store = tally::startup::open_store(&settings).await.unwrap();
+        let instance = tally::startup::Application::build(settings, store)
+            .await
+            .unwrap();
+        origins.push(instance.public_origin().to_owned());
+        tokio::spawn(instance.run_until_stopped());
+    }
+    let answers = futures_util::future::join_all(origins.iter().map(|origin| {
+        let http = first.http.clone();
+        let url = format!("{origin}/v1/oauth/jwks");
+        async move {
+            let answer = http.get(url).send().await.unwrap();
+            assert_eq!(answer.status(), 200);
+            answer.json::<Value>().await.unwrap()
+        }
+    }))
+    .await;
+    let stored: Vec<String> = {
+        let mut kids: Vec<String> = first
+            .store
+            .signing_keys()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|k| k.kid)
+            .collect();
+        kids.sort();
+        kids
+    };
+    assert_eq!(stored.len(), 3, "one first key per algorithm");
+    for answer in answers {
+        let mut published = kids(&answer);
+        published.sort();
+        assert_eq!(published, stored, "{answer}");
+    }
 }

@@ -144,6 +144,10 @@ fn statuses_every_operation_answers(method: &str, path: &str) -> BTreeSet<&'stat
         // Every other operation reads parameters and a token.
         _ => statuses.extend(["400", "401", "403", "413", "415", "429", "503"]),
     }
+    // A body may be refused for its pace wherever for its size (SPEC §9).
+    if statuses.contains("413") {
+        statuses.insert("408");
+    }
     if path.contains('{') {
         statuses.insert("404");
     }

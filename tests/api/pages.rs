@@ -46,6 +46,9 @@ pub async fn spawn_with(backend: Backend, signup: DeveloperSignup) -> Option<(Te
     let url = sink.url.clone();
     let app = TestApp::spawn_with(backend, move |settings| {
         settings.developer_signup = signup;
+        // The page tests sign many people up from one address; the limit
+        // itself is tested on its own (`fair_hashing`).
+        settings.signup_rate_limit = std::num::NonZeroU32::new(100_000).unwrap();
         settings.smtp = Some(SmtpSettings {
             url: url.into(),
             from: "Tally <no-reply@example.com>".parse().unwrap(),
@@ -691,6 +694,21 @@ async fn personal_access_tokens_are_shown_once_and_revocable_from_the_account_pa
     let token = secret_on(&page, "personal-token").expect("the token is shown");
     assert!(token.starts_with("tly_at_"));
     assert!(secret_on(&browser.get("/developer").await, "personal-token").is_none());
+    // A personal token is no app's: only a resource server learns about it.
+    assert_eq!(
+        introspect(&app, &f, &token).await,
+        serde_json::json!({"active": false})
+    );
+    tally::admin::app_set(
+        app.store.as_ref(),
+        tally::admin::AppSet {
+            client_id: f.client_id.clone(),
+            introspect_any: Some(true),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
     let active = introspect(&app, &f, &token).await;
     assert_eq!(active["active"], true);
     assert_eq!(active["client_id"], Value::Null);

@@ -208,22 +208,22 @@ async fn verification_links_are_sent_once_a_minute_per_address_whoever_asks(back
         window: tally::verification::SEND_WINDOW.as_micros() as i64,
         per_window: tally::verification::SENDS_PER_DAY,
     };
+    let x = [tally::store::SendCount {
+        key: "email:x@example.com",
+        limits,
+    }];
     let start = now_micros();
     let minute = 61_000_000;
     for n in 0..10 {
         let at = start + n * minute;
-        let sent = app
-            .store
-            .reserve_verification_send("email:x@example.com", at, limits);
+        let sent = app.store.reserve_verification_send(&x, at);
         assert_eq!(sent.await.unwrap(), Ok(()), "send {n}");
-        let again = app
-            .store
-            .reserve_verification_send("email:x@example.com", at + 1, limits);
+        let again = app.store.reserve_verification_send(&x, at + 1);
         assert_eq!(again.await.unwrap(), Err(at + limits.min_gap));
     }
     let eleventh = app
         .store
-        .reserve_verification_send("email:x@example.com", start + 10 * minute, limits)
+        .reserve_verification_send(&x, start + 10 * minute)
         .await
         .unwrap();
     assert_eq!(
@@ -233,7 +233,7 @@ async fn verification_links_are_sent_once_a_minute_per_address_whoever_asks(back
     );
     let next_day = app
         .store
-        .reserve_verification_send("email:x@example.com", start + DAY_MICROS + 1, limits)
+        .reserve_verification_send(&x, start + DAY_MICROS + 1)
         .await
         .unwrap();
     assert_eq!(next_day, Ok(()));

@@ -31,6 +31,7 @@ on_both_backends!(
     paging_through_120_payments_with_one_timestamp_returns_each_once,
     a_retried_post_with_the_same_key_replays_and_debits_once,
     a_retried_put_with_the_same_key_replays_its_first_answer,
+    a_venmo_era_client_reads_the_status_of_an_approved_charge_from_data,
 );
 
 const PAYMENT_KEYS: [&str; 13] = [
@@ -318,7 +319,7 @@ async fn a_pay_to_an_email_is_claimed_when_an_account_verifies_it(backend: Backe
             json!({"action": "approve"}),
         )
         .await;
-    assert_eq!(approved.ok()["payment"]["status"], "settled");
+    assert_eq!(approved.ok()["status"], "settled");
     assert_eq!(balance_cents(store, &bob.id).await, 400);
     assert_eq!(balance_cents(store, &ann.id).await, 600);
     audit_ok(store).await;
@@ -564,12 +565,10 @@ async fn charges_are_approved_denied_or_cancelled_by_the_right_party(backend: Ba
     let approved = app
         .put(&path, &bob.token, json!({"action": "APPROVE"}))
         .await;
-    assert!(
-        approved.text.contains(r#""balance":3.00"#),
-        "{}",
-        approved.text
-    );
-    let payment = &approved.ok()["payment"];
+    // `data` is the payment itself (SPEC §4), with no balance beside it.
+    let payment = approved.ok();
+    assert_eq!(payment["id"], charge["id"]);
+    assert!(payment.get("balance").is_none(), "{}", approved.text);
     assert_eq!(payment["status"], "settled");
     assert!(payment["date_completed"].is_string());
     assert_eq!(balance_cents(store, &ann.id).await, 600);
@@ -585,7 +584,7 @@ async fn charges_are_approved_denied_or_cancelled_by_the_right_party(backend: Ba
             json!({"action": "deny"}),
         )
         .await;
-    assert_eq!(answer.ok()["payment"]["status"], "cancelled");
+    assert_eq!(answer.ok()["status"], "cancelled");
     let cancelled = app.pay(&ann, &bob, "-1").await.ok()["payment"].clone();
     let answer = app
         .put(
@@ -594,8 +593,8 @@ async fn charges_are_approved_denied_or_cancelled_by_the_right_party(backend: Ba
             json!({"action": "cancel"}),
         )
         .await;
-    assert_eq!(answer.ok()["payment"]["status"], "cancelled");
-    assert!(answer.ok()["payment"]["refund"].is_null());
+    assert_eq!(answer.ok()["status"], "cancelled");
+    assert!(answer.ok()["refund"].is_null());
     assert_eq!(balance_cents(store, &bob.id).await, 300);
     // A pay cannot be approved by its target.
     let pay = app.pay(&bob, &ann, "1").await.ok()["payment"].clone();
@@ -626,13 +625,8 @@ async fn charges_are_approved_denied_or_cancelled_by_the_right_party(backend: Ba
             json!({"action": "approve"}),
         )
         .await;
-    assert_eq!(
-        answer.ok()["payment"]["status"],
-        "failed",
-        "{}",
-        answer.body
-    );
-    assert!(answer.ok()["payment"]["date_completed"].is_string());
+    assert_eq!(answer.ok()["status"], "failed", "{}", answer.body);
+    assert!(answer.ok()["date_completed"].is_string());
     assert_eq!(balance_cents(store, &bob.id).await, before);
     // An amount may be any JSON number, exponents included.
     let response = app
@@ -685,12 +679,8 @@ async fn cancelling_a_held_pay_refunds_the_actor(backend: Backend) {
     let answer = app
         .put(&path, &ann.token, json!({"action": "cancel"}))
         .await;
-    assert!(
-        answer.text.contains(r#""balance":10.00"#),
-        "{}",
-        answer.text
-    );
-    let payment = &answer.ok()["payment"];
+    let payment = answer.ok();
+    assert!(payment.get("balance").is_none(), "{}", answer.text);
     assert_eq!(payment["status"], "cancelled");
     assert_eq!(payment["refund"]["status"], "settled");
     assert_eq!(payment["refund"]["amount"], 2.5);
@@ -1325,7 +1315,8 @@ async fn a_retried_put_with_the_same_key_replays_its_first_answer(backend: Backe
     let (status, replayed, first) =
         put(charge_path.clone(), bob.token.clone(), "k1", "approve").await;
     assert_eq!((status, replayed), (200, false), "{first}");
-    assert_eq!(first["data"]["payment"]["status"], "settled");
+    assert_eq!(first["data"]["status"], "settled");
+    assert_eq!(first["data"]["id"], charge["id"]);
     let retries = futures_util::future::join_all(
         (0..4).map(|_| put(charge_path.clone(), bob.token.clone(), "k1", "approve")),
     )
@@ -1360,10 +1351,40 @@ async fn a_retried_put_with_the_same_key_replays_its_first_answer(backend: Backe
     let pay_path = format!("/payments/{}", id(&pay));
     let (status, _, cancelled) = put(pay_path.clone(), ann.token.clone(), "k1", "cancel").await;
     assert_eq!(status, 200, "{cancelled}");
-    assert_eq!(cancelled["data"]["payment"]["refund"]["status"], "settled");
+    assert_eq!(cancelled["data"]["refund"]["status"], "settled");
     let (status, replayed, again) = put(pay_path.clone(), ann.token.clone(), "k1", "cancel").await;
     assert_eq!((status, replayed), (200, true), "{again}");
     assert_eq!(again["data"], cancelled["data"]);
     assert_eq!(balance_cents(store, &ann.id).await, 1300);
+    audit_ok(store).await;
+}
+
+/// The Venmo documentation: `PUT /payments/:id` answers with `data` being the
+/// updated payment, so an old client reads `data.status` (SPEC §4).
+async fn a_venmo_era_client_reads_the_status_of_an_approved_charge_from_data(backend: Backend) {
+    let Some(app) = TestApp::spawn(backend).await else {
+        return;
+    };
+    let store = app.store.as_ref();
+    let (ann, bob) = two(&app, "0").await;
+    tally::ledger::deposit(store, &bob.id, tally::domain::Amount::parse("5").unwrap())
+        .await
+        .unwrap();
+    let charge = app.pay(&ann, &bob, "-2").await.ok()["payment"].clone();
+    // As the old SDKs sent it: form fields, the token among them.
+    let response = app
+        .http
+        .put(app.url(&format!("/v1/payments/{}", id(&charge))))
+        .form(&[("access_token", bob.token.as_str()), ("action", "approve")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["data"]["status"], "settled", "{body}");
+    assert_eq!(body["data"]["id"], charge["id"]);
+    assert_eq!(keys(&body["data"]), PAYMENT_KEYS, "{body}");
+    assert!(body["data"]["date_completed"].is_string());
+    assert_eq!(balance_cents(store, &bob.id).await, 300);
     audit_ok(store).await;
 }

@@ -1,6 +1,5 @@
-//! Sign-ins hash passwords on a few low-priority threads of their own, each
-//! reusing its argon2 memory: many sign-ins at once neither stop the API nor
-//! grow the server's memory with each hash.
+//! Sign-ins hash passwords on a few threads of their own: many sign-ins at
+//! once neither stop the API nor grow the server's memory with each hash.
 
 use crate::browser::Browser;
 use crate::helpers::{on_both_backends, Backend, ServeProcess, TestDb};
@@ -101,10 +100,9 @@ async fn parallel_sign_ins_leave_the_api_answering_in_bounded_memory(backend: Ba
         api
     );
     assert!(answered > 0);
-    // 19 MiB per hashing thread, reused: far below a hash's memory per sign-in
-    // (a fresh block each time grew the server past 500 MiB). mimalloc keeps
-    // about 20 MiB more than the system allocator did (60-64 against 41-43
-    // here), whatever the number of sign-ins.
+    // A hash's 19 MiB is freed when it is done and taken again by the next
+    // (mimalloc reuses it): far below a hash's memory per sign-in, which the
+    // system allocator once grew the server to (past 500 MiB).
     let resident_mib = resident_kib(server.pid()) / 1024;
     assert!(
         resident_mib < 96,

@@ -20,6 +20,7 @@ on_both_backends!(
     deposits_credit_the_account_and_keep_the_ledger_balanced,
     concurrent_deposits_into_one_account_all_count,
     the_first_stored_server_setting_wins,
+    a_forgotten_server_setting_is_gone,
     the_audit_finds_a_balance_changed_behind_the_ledgers_back,
     the_audit_finds_money_made_from_nothing_and_an_account_no_one_has,
     the_audit_finds_held_money_that_no_pending_pay_explains,
@@ -361,14 +362,31 @@ async fn the_first_stored_server_setting_wins(backend: Backend) {
         return;
     };
     let first = store
-        .server_setting_or_insert("secret_key", "first")
+        .server_setting_or_insert("an example setting", "first")
         .await
         .unwrap();
     let second = store
-        .server_setting_or_insert("secret_key", "second")
+        .server_setting_or_insert("an example setting", "second")
         .await
         .unwrap();
     assert_eq!((first.as_str(), second.as_str()), ("first", "first"));
+}
+
+async fn a_forgotten_server_setting_is_gone(backend: Backend) {
+    let Some((_db, store)) = store_for(backend).await else {
+        return;
+    };
+    assert_eq!(store.server_setting("kept").await.unwrap(), None);
+    for key in ["kept", "forgotten"] {
+        store.server_setting_or_insert(key, key).await.unwrap();
+    }
+    assert!(store.forget_server_setting("forgotten").await.unwrap());
+    assert!(!store.forget_server_setting("forgotten").await.unwrap());
+    assert_eq!(store.server_setting("forgotten").await.unwrap(), None);
+    assert_eq!(
+        store.server_setting("kept").await.unwrap().as_deref(),
+        Some("kept")
+    );
 }
 
 async fn the_audit_finds_a_balance_changed_behind_the_ledgers_back(backend: Backend) {
@@ -1475,7 +1493,6 @@ fn release_held(
             cents: 400,
         }],
         refund: None,
-        balance_of: None,
         skip_locked: true,
         unclaimed_only: false,
         only_if_active: None,

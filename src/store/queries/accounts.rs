@@ -71,41 +71,54 @@ impl AccountStore for ThisStore {
     #[tracing::instrument(skip_all)]
     async fn reserve_verification_send(
         &self,
-        address: &str,
+        counts: &[crate::store::SendCount<'_>],
         now: i64,
-        limits: crate::store::SendLimits,
     ) -> Result<Result<(), i64>, StoreError> {
         let mut tx = self.write().await?;
-        sqlx::query(KEY_LOCK)
-            .bind(format!("verification-send:{address}"))
-            .execute(&mut *tx)
+        // Locked in one order, so two sends naming the same keys never
+        // wait on each other.
+        let mut keys: Vec<&str> = counts.iter().map(|c| c.key).collect();
+        keys.sort_unstable();
+        keys.dedup();
+        for key in keys {
+            sqlx::query(KEY_LOCK)
+                .bind(format!("verification-send:{key}"))
+                .execute(&mut *tx)
+                .await?;
+        }
+        let mut refused: Option<i64> = None;
+        for count in counts {
+            let limits = count.limits;
+            let (sent, first, last): (i64, Option<i64>, Option<i64>) = sqlx::query_as(
+                "SELECT COUNT(*), MIN(sent_at), MAX(sent_at) FROM verification_sends \
+                 WHERE address = $1 AND sent_at > $2",
+            )
+            .bind(count.key)
+            .bind(now.saturating_sub(limits.window))
+            .fetch_one(&mut *tx)
             .await?;
-        let (count, first, last): (i64, Option<i64>, Option<i64>) = sqlx::query_as(
-            "SELECT COUNT(*), MIN(sent_at), MAX(sent_at) FROM verification_sends \
-             WHERE address = $1 AND sent_at > $2",
-        )
-        .bind(address)
-        .bind(now.saturating_sub(limits.window))
-        .fetch_one(&mut *tx)
-        .await?;
-        let refused = match (first, last) {
-            (_, Some(last)) if last > now.saturating_sub(limits.min_gap) => {
-                Some(last.saturating_add(limits.min_gap))
-            }
-            (Some(first), _) if count >= limits.per_window => {
-                Some(first.saturating_add(limits.window))
-            }
-            _ => None,
-        };
+            let moment = match (first, last) {
+                (_, Some(last)) if last > now.saturating_sub(limits.min_gap) => {
+                    Some(last.saturating_add(limits.min_gap))
+                }
+                (Some(first), _) if sent >= limits.per_window => {
+                    Some(first.saturating_add(limits.window))
+                }
+                _ => None,
+            };
+            refused = refused.max(moment);
+        }
         if let Some(moment) = refused {
             tx.commit().await?;
             return Ok(Err(moment));
         }
-        sqlx::query("INSERT INTO verification_sends (address, sent_at) VALUES ($1, $2)")
-            .bind(address)
-            .bind(now)
-            .execute(&mut *tx)
-            .await?;
+        for count in counts {
+            sqlx::query("INSERT INTO verification_sends (address, sent_at) VALUES ($1, $2)")
+                .bind(count.key)
+                .bind(now)
+                .execute(&mut *tx)
+                .await?;
+        }
         tx.commit().await?;
         Ok(Ok(()))
     }

@@ -46,6 +46,9 @@ pub(super) trait Connections {
     /// Writes a consistent copy of the database to `path`; `None` where the
     /// backend has its own tools for that.
     async fn copy_into(&self, path: &str) -> Result<Option<()>, StoreError>;
+    /// Rewrites what holds deleted rows' bytes, so that no copy of the
+    /// database made afterwards holds them (see `Store::forget_server_setting`).
+    async fn erase_deleted(&self) -> Result<(), StoreError>;
     /// A connection for reads that need no transaction (and, on PostgreSQL,
     /// writes that are one statement).
     async fn lease(&self) -> Result<Lease<'_, Db>, StoreError>;
@@ -221,6 +224,31 @@ impl Store for ThisStore {
             .await?;
         tx.commit().await?;
         Ok(value)
+    }
+
+    async fn server_setting(&self, key: &str) -> Result<Option<String>, StoreError> {
+        Ok(
+            sqlx::query_scalar("SELECT value FROM server_settings WHERE key = $1")
+                .bind(key)
+                .fetch_optional(&mut *self.lease().await?)
+                .await?,
+        )
+    }
+
+    #[tracing::instrument(skip_all, fields(key))]
+    async fn forget_server_setting(&self, key: &str) -> Result<bool, StoreError> {
+        let mut tx = self.write().await?;
+        let deleted = sqlx::query("DELETE FROM server_settings WHERE key = $1")
+            .bind(key)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected()
+            > 0;
+        tx.commit().await?;
+        if deleted {
+            self.erase_deleted().await?;
+        }
+        Ok(deleted)
     }
 
     #[tracing::instrument(skip_all)]

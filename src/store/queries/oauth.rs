@@ -65,7 +65,33 @@ impl OAuthStore for ThisStore {
                     .bind(suspended),
             )
             .await?;
-        self.revocations().bump();
+        if app.is_some() {
+            self.revocations().bump();
+        }
+        Ok(app)
+    }
+
+    #[tracing::instrument(skip_all)]
+    async fn set_app_introspect_any(
+        &self,
+        client_id: &str,
+        introspect_any: bool,
+    ) -> Result<Option<App>, StoreError> {
+        const SQL: &str = concat!(
+            "UPDATE apps SET introspect_any = $2 WHERE client_id = $1 RETURNING ",
+            crate::store::sql::app_columns!(),
+        );
+        let app = self
+            .write_returning(
+                sqlx::query_as::<_, App>(SQL)
+                    .bind(client_id)
+                    .bind(introspect_any),
+            )
+            .await?;
+        // Introspection remembers its caller's row a moment.
+        if app.is_some() {
+            self.revocations().bump();
+        }
         Ok(app)
     }
 
@@ -106,7 +132,9 @@ impl OAuthStore for ThisStore {
             )
             .await?;
         // The token endpoint remembers apps (their redirect URL) a moment.
-        self.revocations().bump();
+        if app.is_some() {
+            self.revocations().bump();
+        }
         Ok(app)
     }
 
@@ -128,7 +156,9 @@ impl OAuthStore for ThisStore {
             )
             .await?
             > 0;
-        self.revocations().bump();
+        if done {
+            self.revocations().bump();
+        }
         Ok(done)
     }
 
@@ -234,7 +264,7 @@ impl OAuthStore for ThisStore {
                 .execute(&mut *tx)
                 .await?
                 .rows_affected();
-        sqlx::query(
+        let tokens = sqlx::query(
             "UPDATE oauth_tokens SET revoked_at = $3 WHERE revoked_at IS NULL \
              AND grant_id IN (SELECT id FROM oauth_grants \
                               WHERE user_id = $1 AND client_id = $2)",
@@ -243,7 +273,8 @@ impl OAuthStore for ThisStore {
         .bind(client_id)
         .bind(now)
         .execute(&mut *tx)
-        .await?;
+        .await?
+        .rows_affected();
         let grants = sqlx::query(
             "UPDATE oauth_grants SET revoked_at = $3 \
              WHERE user_id = $1 AND client_id = $2 AND revoked_at IS NULL",
@@ -255,7 +286,9 @@ impl OAuthStore for ThisStore {
         .await?
         .rows_affected();
         tx.commit().await?;
-        self.revocations().bump();
+        if tokens + grants > 0 {
+            self.revocations().bump();
+        }
         Ok(consents + grants > 0)
     }
 
@@ -300,6 +333,7 @@ impl OAuthStore for ThisStore {
             now,
         } = code;
         let mut tx = self.write().await?;
+        let mut revoked = 0;
         // Spends the code; on PostgreSQL a simultaneous exchange waits
         // here on the row lock, then finds it spent.
         let spent: Option<String> = sqlx::query_scalar(
@@ -357,7 +391,7 @@ impl OAuthStore for ThisStore {
                         .await?;
                 match grant {
                     Some(grant_id) => {
-                        revoke_grant(&mut tx, &grant_id, now).await?;
+                        revoked = revoke_grant(&mut tx, &grant_id, now).await?;
                         CodeUse::Replayed
                     }
                     None => CodeUse::Unknown,
@@ -365,7 +399,7 @@ impl OAuthStore for ThisStore {
             }
         };
         tx.commit().await?;
-        if matches!(outcome, CodeUse::Replayed) {
+        if revoked > 0 {
             self.revocations().bump();
         }
         Ok(outcome)
@@ -403,15 +437,15 @@ impl OAuthStore for ThisStore {
         .bind(client_id)
         .fetch_optional(&mut *tx)
         .await?;
-        let outcome = match used {
-            Some((grant_id, Some(_))) => {
-                revoke_grant(&mut tx, &grant_id, now).await?;
-                RefreshUse::Replayed
-            }
-            _ => RefreshUse::Invalid,
+        let (outcome, revoked) = match used {
+            Some((grant_id, Some(_))) => (
+                RefreshUse::Replayed,
+                revoke_grant(&mut tx, &grant_id, now).await?,
+            ),
+            _ => (RefreshUse::Invalid, 0),
         };
         tx.commit().await?;
-        if matches!(outcome, RefreshUse::Replayed) {
+        if revoked > 0 {
             self.revocations().bump();
         }
         Ok(outcome)
@@ -512,16 +546,21 @@ impl OAuthStore for ThisStore {
             }
         }
         tx.commit().await?;
-        self.revocations().bump();
+        // A revocation that revoked nothing leaves the caches be (SPEC §9).
+        if found.is_some() {
+            self.revocations().bump();
+        }
         Ok(found.is_some())
     }
 
     #[tracing::instrument(skip_all)]
     async fn revoke_grant(&self, grant_id: &str, now: i64) -> Result<(), StoreError> {
         let mut tx = self.write().await?;
-        revoke_grant(&mut tx, grant_id, now).await?;
+        let revoked = revoke_grant(&mut tx, grant_id, now).await?;
         tx.commit().await?;
-        self.revocations().bump();
+        if revoked > 0 {
+            self.revocations().bump();
+        }
         Ok(())
     }
 
@@ -569,7 +608,9 @@ impl OAuthStore for ThisStore {
             revoke_tokens_of(&mut tx, grant_id, now).await?;
         }
         tx.commit().await?;
-        self.revocations().bump();
+        if found {
+            self.revocations().bump();
+        }
         Ok(found)
     }
 
@@ -646,25 +687,28 @@ async fn insert_token(tx: &mut Tx, grant_id: &str, token: &NewToken) -> Result<(
     Ok(())
 }
 
-async fn revoke_grant(tx: &mut Tx, grant_id: &str, now: i64) -> Result<(), StoreError> {
-    sqlx::query("UPDATE oauth_grants SET revoked_at = $2 WHERE id = $1 AND revoked_at IS NULL")
-        .bind(grant_id)
-        .bind(now)
-        .execute(&mut **tx)
-        .await?;
-    revoke_tokens_of(tx, grant_id, now).await
+/// Revokes a grant and its live tokens; how many rows that changed.
+async fn revoke_grant(tx: &mut Tx, grant_id: &str, now: i64) -> Result<u64, StoreError> {
+    let grants =
+        sqlx::query("UPDATE oauth_grants SET revoked_at = $2 WHERE id = $1 AND revoked_at IS NULL")
+            .bind(grant_id)
+            .bind(now)
+            .execute(&mut **tx)
+            .await?
+            .rows_affected();
+    Ok(grants + revoke_tokens_of(tx, grant_id, now).await?)
 }
 
-/// Revokes every live token issued under a grant.
-async fn revoke_tokens_of(tx: &mut Tx, grant_id: &str, now: i64) -> Result<(), StoreError> {
-    sqlx::query(
+/// Revokes every live token issued under a grant; how many.
+async fn revoke_tokens_of(tx: &mut Tx, grant_id: &str, now: i64) -> Result<u64, StoreError> {
+    Ok(sqlx::query(
         "UPDATE oauth_tokens SET revoked_at = $2 WHERE grant_id = $1 AND revoked_at IS NULL",
     )
     .bind(grant_id)
     .bind(now)
     .execute(&mut **tx)
-    .await?;
-    Ok(())
+    .await?
+    .rows_affected())
 }
 
 impl ThisStore {

@@ -46,16 +46,14 @@ impl ThisStore {
         tx: &mut sqlx::Transaction<'static, Db>,
         key: &crate::store::IdempotencyKey,
         payment_id: &str,
-        balance_cents: Option<i64>,
     ) -> Result<(), StoreError> {
         sqlx::query(
-            "UPDATE idempotency_keys SET payment_id = $3, balance_cents = $4 \
+            "UPDATE idempotency_keys SET payment_id = $3 \
              WHERE owner_id = $1 AND key = $2",
         )
         .bind(&key.owner_id)
         .bind(&key.key)
         .bind(payment_id)
-        .bind(balance_cents)
         .execute(&mut **tx)
         .await?;
         Ok(())
@@ -184,17 +182,6 @@ impl ThisStore {
             .bind(id)
             .fetch_one(&mut **tx)
             .await?)
-    }
-
-    async fn balance_in(
-        tx: &mut sqlx::Transaction<'static, Db>,
-        user_id: &str,
-    ) -> Result<i64, StoreError> {
-        sqlx::query_scalar::<_, i64>("SELECT balance_cents FROM users WHERE id = $1")
-            .bind(user_id)
-            .fetch_optional(&mut **tx)
-            .await?
-            .ok_or(StoreError::NotFound("user"))
     }
 
     async fn ledger_move(
@@ -417,18 +404,13 @@ impl PaymentStore for ThisStore {
             .await?;
         }
         let payment = Self::payment_in(&mut tx, &t.payment_id).await?;
-        let balance_cents = match &t.balance_of {
-            Some(user_id) => Some(Self::balance_in(&mut tx, user_id).await?),
-            None => None,
-        };
         if let Some(key) = &t.idempotency {
-            Self::complete_idempotency_key(&mut tx, key, &t.payment_id, balance_cents).await?;
+            Self::complete_idempotency_key(&mut tx, key, &t.payment_id).await?;
         }
         tx.commit().await?;
         Ok(TransitionOutcome::Applied {
             payment: Box::new(payment),
             refund: t.refund.clone().map(Box::new),
-            balance_cents,
         })
     }
 

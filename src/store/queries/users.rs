@@ -185,7 +185,9 @@ impl UserStore for ThisStore {
                     .bind(flags.verified == Some(true)),
             )
             .await?;
-        self.revocations().bump();
+        if user.is_some() {
+            self.revocations().bump();
+        }
         Ok(user)
     }
 
@@ -206,7 +208,9 @@ impl UserStore for ThisStore {
             )
             .await;
         // The token checks remember the user's row (see `TokenCache`).
-        self.revocations().bump();
+        if matches!(user, Ok(Some(_))) {
+            self.revocations().bump();
+        }
         user
     }
 
@@ -231,7 +235,9 @@ impl UserStore for ThisStore {
                     .bind(phone),
             )
             .await;
-        self.revocations().bump();
+        if matches!(user, Ok(Some(_))) {
+            self.revocations().bump();
+        }
         user
     }
 
