@@ -284,9 +284,9 @@ async fn oauth_rate_limit(
         return next.call(req).await;
     };
     let retry_after_secs = wait.as_secs() + 1;
-    // People open the authorize URL in a browser: they get a page. The JSON
+    // People open the authorize and logout URLs in a browser: they get a page. The JSON
     // endpoints answer in their own (RFC 6749) error shape.
-    if req.path().ends_with("/authorize") {
+    if req.path().ends_with("/authorize") || req.path().contains("/oauth/logout") {
         Err(pages::PageError::TooManyRequests { retry_after_secs }.into())
     } else {
         Err(api::oauth::OAuthError::rate_limited(retry_after_secs).into())

@@ -563,6 +563,7 @@ pub fn server_metadata(origin: &str) -> serde_json::Value {
         "token_endpoint": format!("{oauth}/access_token"),
         "userinfo_endpoint": format!("{oauth}/userinfo"),
         "jwks_uri": format!("{oauth}/jwks"),
+        "end_session_endpoint": format!("{oauth}/logout"),
         "revocation_endpoint": format!("{oauth}/revoke"),
         "introspection_endpoint": format!("{oauth}/introspect"),
         "scopes_supported": scopes,

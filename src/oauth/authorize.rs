@@ -438,7 +438,8 @@ const RESPONSE_PARAMETERS: &[&str] = &[
 /// path, dot segments, fragment), and a query free of the response's
 /// parameters, whatever their letter case: many apps read query names without
 /// regard to case, so `Access_Token` would stand for `access_token` there.
-fn allowed_override(registered: &RedirectUrl, given: &str) -> Option<Url> {
+/// A post-logout URL (SPEC §10) must pass it too.
+pub(crate) fn allowed_override(registered: &RedirectUrl, given: &str) -> Option<Url> {
     let given = registered.admits_override(given)?;
     let clean_query = !given.url().query_pairs().any(|(name, _)| {
         RESPONSE_PARAMETERS

@@ -6,7 +6,7 @@ use super::keys::{IdTokenAlg, KeyError, KeyRing, ID_TOKEN_TTL};
 use crate::domain::now_micros;
 use crate::store::{OidcGrant, Store};
 use base64::Engine;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256, Sha512};
 
 /// The authentication methods a password sign-in used (RFC 8176).
@@ -80,6 +80,31 @@ fn claims(grant: &OidcGrant, what: &IdTokenFor<'_>, alg: IdTokenAlg, now: i64) -
         acr: grant.acr.clone(),
         sid: grant.sid.clone(),
     }
+}
+
+/// What an ID token hint (RP-Initiated Logout 1.0 §2) says, once it is known
+/// to be an ID token this deployment signed.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Hint {
+    /// The user it was issued for (`sub`).
+    #[serde(rename = "sub")]
+    pub subject: String,
+    /// The app it was issued to (`aud`: one client id, as Tally issues it).
+    #[serde(rename = "aud")]
+    pub audience: String,
+    /// The browser session it came from (`sid`).
+    pub sid: Option<String>,
+}
+
+/// Reads an ID token hint: `None` unless one of our keys signed it for
+/// `issuer`. An expired one is read all the same.
+pub async fn read_hint(
+    store: &dyn Store,
+    keys: &KeyRing,
+    issuer: &str,
+    token: &str,
+) -> Result<Option<Hint>, KeyError> {
+    keys.verify::<Hint>(store, issuer, token).await
 }
 
 /// `at_hash` (Core §3.1.3.6): the left half of the access token's hash, with

@@ -18,8 +18,9 @@ use jsonwebtoken::jwk::{
     AlgorithmParameters, CommonParameters, EllipticCurve, Jwk, JwkSet, KeyAlgorithm,
     OctetKeyPairParameters, OctetKeyPairType, PublicKeyUse, ThumbprintHash,
 };
-use jsonwebtoken::{Algorithm, EncodingKey, Header};
+use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
 use secrecy::{ExposeSecret, SecretString};
+use serde::de::DeserializeOwned;
 use serde::Serialize;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -437,6 +438,52 @@ impl KeyRing {
             .await
             .map_err(|e| anyhow::anyhow!("signing stopped: {e}"))?
             .map_err(|e| KeyError::from(anyhow::anyhow!("cannot sign: {e}")))
+    }
+
+    /// The claims of `token` when it is a JWS one of this deployment's keys
+    /// signed (published or retired: the rows keep every key) with `issuer`
+    /// as its `iss`; `None` for anything else. Its `exp` is not checked: an
+    /// expired ID token still says whom it was issued for and to which app
+    /// (RP-Initiated Logout 1.0 §2). On the blocking pool.
+    pub async fn verify<C>(
+        &self,
+        store: &dyn Store,
+        issuer: &str,
+        token: &str,
+    ) -> Result<Option<C>, KeyError>
+    where
+        C: DeserializeOwned + Send + 'static,
+    {
+        let Ok(header) = jsonwebtoken::decode_header(token) else {
+            return Ok(None);
+        };
+        let Some(kid) = header.kid.as_deref() else {
+            return Ok(None);
+        };
+        // The rows as cached: a key signs only after it was stored, and
+        // every instance sees a new one within `ROWS_TTL`.
+        let rows = self.rows(store).await?;
+        let Some(row) = rows.iter().find(|r| r.kid == kid) else {
+            return Ok(None);
+        };
+        let Some(alg) = IdTokenAlg::parse(&row.alg).filter(|a| a.jws() == header.alg) else {
+            return Ok(None);
+        };
+        let jwk: Jwk = serde_json::from_str(&row.public_jwk).map_err(anyhow::Error::from)?;
+        let key = DecodingKey::from_jwk(&jwk)
+            .map_err(|e| anyhow::anyhow!("signing key {kid} has no usable public key: {e}"))?;
+        let mut validation = Validation::new(alg.jws());
+        validation.validate_exp = false;
+        validation.validate_aud = false;
+        validation.set_issuer(&[issuer]);
+        validation.set_required_spec_claims(&["iss", "sub", "aud"]);
+        let token = token.to_owned();
+        let decoded = tokio::task::spawn_blocking(move || {
+            jsonwebtoken::decode::<C>(&token, &key, &validation)
+        })
+        .await
+        .map_err(|e| anyhow::anyhow!("verifying stopped: {e}"))?;
+        Ok(decoded.ok().map(|data| data.claims))
     }
 
     /// The private key of `row`, unsealed once and then remembered.

@@ -10,6 +10,7 @@ pub mod grants;
 pub mod id_token;
 pub mod introspection_cache;
 pub mod keys;
+pub mod logout;
 pub mod tokens;
 
 pub use tokens::{introspect, ActiveToken, IntrospectError};

@@ -79,6 +79,8 @@ async fn every_get_route_answers_head_with_the_get_status_and_headers_and_no_bod
                 "/authorize" => targets.push((authorize.clone(), false)),
                 // OpenID Connect: the key set, and userinfo (401 here).
                 "/jwks" | "/userinfo" => targets.push((format!("/v1/oauth{path}"), false)),
+                // The confirmation page: a HEAD ends no session.
+                "/logout" => targets.push((format!("/v1/oauth{path}"), false)),
                 _ => panic!("a GET route this test does not know: {path}"),
             }
         }

@@ -23,6 +23,7 @@ mod oauth_hardening;
 mod oidc;
 mod oidc_clients;
 mod oidc_flow;
+mod oidc_logout;
 mod openapi;
 mod pages;
 mod pages_guard;

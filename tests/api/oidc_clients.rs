@@ -20,7 +20,7 @@ use std::process::{Command, Stdio};
 
 on_both_backends!(
     authlib_signs_in_with_tally_and_reads_userinfo,
-    openid_client_signs_in_with_tally_and_reads_userinfo,
+    openid_client_signs_in_with_tally_reads_userinfo_and_signs_out,
     openid_client_validates_an_eddsa_id_token,
 );
 
@@ -78,9 +78,14 @@ fn openid_client() -> Option<Command> {
     Some(command)
 }
 
-/// Runs a client through one sign-in: returns what it printed last (its
-/// validated claims and userinfo).
-async fn sign_in_with(mut client: Command, app: &TestApp, f: &Fixture, extra: &[&str]) -> Value {
+/// Runs a client through one sign-in: returns the person's browser (signed
+/// in) and what the client printed last (its validated claims and userinfo).
+async fn sign_in_with(
+    mut client: Command,
+    app: &TestApp,
+    f: &Fixture,
+    extra: &[&str],
+) -> (Browser, Value) {
     let mut child = client
         .args([
             app.origin.as_str(),
@@ -148,7 +153,8 @@ async fn sign_in_with(mut client: Command, app: &TestApp, f: &Fixture, extra: &[
     let status = child.wait().unwrap();
     let errors = errors.join().unwrap();
     assert!(status.success(), "the client failed: {errors}");
-    serde_json::from_str(&result).unwrap_or_else(|e| panic!("{e}: {result} {errors}"))
+    let result = serde_json::from_str(&result).unwrap_or_else(|e| panic!("{e}: {result} {errors}"));
+    (browser, result)
 }
 
 /// What both clients must have seen of the fixture's user.
@@ -184,18 +190,33 @@ async fn authlib_signs_in_with_tally_and_reads_userinfo(backend: Backend) {
     let Some((app, f, client)) = spawn_with_client(backend, authlib).await else {
         return;
     };
-    let result = sign_in_with(client, &app, &f, &[]).await;
+    let (_, result) = sign_in_with(client, &app, &f, &[]).await;
     assert_signed_in(&app, &f, &result);
     let header = jsonwebtoken::decode_header(result["id_token"].as_str().unwrap()).unwrap();
     assert_eq!(header.alg, jsonwebtoken::Algorithm::RS256);
 }
 
-async fn openid_client_signs_in_with_tally_and_reads_userinfo(backend: Backend) {
+async fn openid_client_signs_in_with_tally_reads_userinfo_and_signs_out(backend: Backend) {
     let Some((app, f, client)) = spawn_with_client(backend, openid_client).await else {
         return;
     };
-    let result = sign_in_with(client, &app, &f, &[]).await;
+    let (browser, result) = sign_in_with(client, &app, &f, &[]).await;
     assert_signed_in(&app, &f, &result);
+    // RP-initiated logout: the URL openid-client built from the discovery
+    // document (end_session_endpoint), followed by the person's browser.
+    let logout = result["end_session_url"].as_str().unwrap();
+    assert!(
+        logout.starts_with(&format!("{}/v1/oauth/logout?", app.origin)),
+        "{logout}"
+    );
+    let answer = browser.get(logout).await;
+    assert_eq!(answer.status, 303, "{}", answer.body);
+    assert_eq!(
+        answer.location().unwrap(),
+        format!("{}/signed-out?state=bye", f.redirect_url)
+    );
+    let account = browser.get("/account").await;
+    assert_eq!(account.status, 303, "signed out");
 }
 
 async fn openid_client_validates_an_eddsa_id_token(backend: Backend) {
@@ -214,7 +235,7 @@ async fn openid_client_validates_an_eddsa_id_token(backend: Backend) {
         ],
     );
     assert!(set.status.success(), "{}", set.stderr);
-    let result = sign_in_with(client, &app, &f, &["EdDSA"]).await;
+    let (_, result) = sign_in_with(client, &app, &f, &["EdDSA"]).await;
     assert_signed_in(&app, &f, &result);
     let header = jsonwebtoken::decode_header(result["id_token"].as_str().unwrap()).unwrap();
     assert_eq!(header.alg, jsonwebtoken::Algorithm::EdDSA);

@@ -40,7 +40,7 @@ fn now_secs() -> i64 {
 }
 
 /// The authorize URL of an OpenID Connect request with `extra` parameters.
-fn oidc_url(f: &Fixture, scope: &str, extra: &[(&str, &str)]) -> String {
+pub(crate) fn oidc_url(f: &Fixture, scope: &str, extra: &[(&str, &str)]) -> String {
     let mut params = vec![("response_type", "code"), ("scope", scope), ("state", "s1")];
     params.extend_from_slice(extra);
     f.authorize_url(&params)
@@ -48,7 +48,7 @@ fn oidc_url(f: &Fixture, scope: &str, extra: &[(&str, &str)]) -> String {
 
 /// Signs in (a fresh browser) and allows; returns the browser and the
 /// redirect's query.
-async fn sign_in_and_allow(
+pub(crate) async fn sign_in_and_allow(
     app: &TestApp,
     f: &Fixture,
     url: &str,
@@ -66,7 +66,7 @@ async fn sign_in_and_allow(
     (browser, query)
 }
 
-async fn exchange(app: &TestApp, f: &Fixture, code: &str) -> Value {
+pub(crate) async fn exchange(app: &TestApp, f: &Fixture, code: &str) -> Value {
     let (status, body) = token_request(
         app,
         &[

@@ -135,7 +135,12 @@ fn statuses_every_operation_answers(method: &str, path: &str) -> BTreeSet<&'stat
         "/oauth/authorize" if method == "get" => statuses.extend(["400", "429", "503"]),
         // The key set reads neither parameters nor a token.
         "/oauth/jwks" => statuses.extend(["429", "503"]),
-        "/oauth/authorize" => statuses.extend(["400", "403", "413", "415", "429", "503"]),
+        "/oauth/authorize" | "/oauth/logout/confirm" => {
+            statuses.extend(["400", "403", "413", "415", "429", "503"])
+        }
+        // RP-initiated logout reads no token; its POST is the app's form.
+        "/oauth/logout" if method == "get" => statuses.extend(["400", "429", "503"]),
+        "/oauth/logout" => statuses.extend(["400", "413", "415", "429", "503"]),
         // Token endpoints: parameters are read (400, 413, 415), clients
         // authenticated (401), the per-IP limit applies (429).
         _ if path.starts_with("/oauth/") && method == "post" => {

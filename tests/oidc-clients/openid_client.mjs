@@ -7,7 +7,9 @@
 // Usage: node openid_client.mjs ISSUER CLIENT_ID CLIENT_SECRET REDIRECT_URI [ALG]
 // Prints the authorization URL on the first line, reads the URL the browser
 // was sent back to on stdin, and prints one JSON object: the ID token's
-// claims and the userinfo answer.
+// claims, the userinfo answer, and the RP-initiated logout URL
+// (buildEndSessionUrl) that signs the person out and back to
+// REDIRECT_URI/signed-out with state "bye".
 import * as client from 'openid-client'
 import * as readline from 'node:readline'
 
@@ -42,4 +44,11 @@ const tokens = await client.authorizationCodeGrant(config, new URL(currentUrl.tr
 })
 const claims = tokens.claims()
 const userinfo = await client.fetchUserInfo(config, tokens.access_token, claims.sub)
-console.log(JSON.stringify({ claims, id_token: tokens.id_token, userinfo }))
+const endSession = client.buildEndSessionUrl(config, {
+  id_token_hint: tokens.id_token,
+  post_logout_redirect_uri: `${redirectUri}/signed-out`,
+  state: 'bye',
+})
+console.log(
+  JSON.stringify({ claims, id_token: tokens.id_token, userinfo, end_session_url: endSession.href }),
+)
