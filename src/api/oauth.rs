@@ -574,7 +574,7 @@ pub fn server_metadata(origin: &str) -> serde_json::Value {
         "id_token_signing_alg_values_supported": algs,
         "claims_supported": [
             "iss", "sub", "aud", "exp", "iat", "auth_time", "nonce", "at_hash", "amr", "acr",
-            "sid", "name", "given_name", "family_name", "preferred_username", "picture",
+            "sid", "name", "given_name", "family_name", "preferred_username", "picture", "updated_at",
             "email", "email_verified", "phone_number", "phone_number_verified",
         ],
         "prompt_values_supported": ["none", "login", "consent"],

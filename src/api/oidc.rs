@@ -51,6 +51,10 @@ pub async fn userinfo(principal: Principal) -> Result<HttpResponse, ApiError> {
         if let Some(picture) = view.profile_picture_url {
             claims.insert("picture".into(), picture.into());
         }
+        // Seconds since the epoch: the last change of the name, or the
+        // account's making.
+        let updated_at = user.profile_updated_at.unwrap_or(user.date_joined);
+        claims.insert("updated_at".into(), (updated_at / 1_000_000).into());
     }
     if principal.has(Scope::Email) {
         if let Some(email) = user.email.as_ref().filter(|_| user.email_verified) {

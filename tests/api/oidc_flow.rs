@@ -2,7 +2,7 @@
 //! request's parameters, ID tokens (verified with the published keys), refresh,
 //! userinfo and key rotation.
 
-use crate::browser::{query_of, Browser};
+use crate::browser::{query_of, set, Browser};
 use crate::helpers::{on_both_backends, Backend, TestApp};
 use crate::oauth::token_request;
 use crate::oauth_fixture::{fixture, Fixture, PASSWORD};
@@ -22,6 +22,7 @@ on_both_backends!(
     prompt_login_and_max_age_ask_for_the_password_again,
     acr_values_mfa_is_refused_for_an_account_without_a_second_factor,
     userinfo_releases_the_granted_claims_and_only_verified_addresses,
+    userinfo_updated_at_is_when_the_name_last_changed_or_the_account_was_made,
     an_app_that_chose_es256_or_eddsa_gets_id_tokens_signed_so,
     a_rotated_key_signs_only_after_publish_ahead_and_old_id_tokens_still_verify,
 );
@@ -604,4 +605,47 @@ async fn a_rotated_key_signs_only_after_publish_ahead_and_old_id_tokens_still_ve
         first["published_until"].as_i64().unwrap() - first["retired_at"].as_i64().unwrap(),
         3600
     );
+}
+
+async fn userinfo_updated_at_is_when_the_name_last_changed_or_the_account_was_made(
+    backend: Backend,
+) {
+    let made_after = now_secs();
+    let Some((app, f)) = spawn(backend).await else {
+        return;
+    };
+    let url = oidc_url(&f, "openid profile", &[]);
+    let (browser, query) = sign_in_and_allow(&app, &f, &url).await;
+    let body = exchange(&app, &f, &query["code"]).await;
+    let token = body["access_token"].as_str().unwrap();
+    let claims = || async { userinfo(&app, token).await.json::<Value>().await.unwrap() };
+    let updated_at = |claims: &Value| claims["updated_at"].as_i64().unwrap();
+    // Never changed: when the account was made.
+    let made = updated_at(&claims().await);
+    assert!((made_after..=now_secs()).contains(&made), "{made}");
+
+    let change = |first: &'static str, about: &'static str| {
+        let browser = &browser;
+        async move {
+            let mut fields = browser.get("/account").await.form("/account/profile");
+            set(&mut fields, "first_name", first);
+            set(&mut fields, "about", about);
+            let answer = browser.post("/account/profile", &fields).await;
+            assert_eq!(answer.status, 303, "{}", answer.body);
+        }
+    };
+    // The claim is in seconds: let one pass, so a change shows.
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    let changed_after = now_secs();
+    change("Annie", "").await;
+    let after_rename = claims().await;
+    assert_eq!(after_rename["name"], "Annie Lee");
+    let renamed = updated_at(&after_rename);
+    assert!(renamed > made, "{renamed} > {made}");
+    assert!((changed_after..=now_secs()).contains(&renamed), "{renamed}");
+    // What no profile claim shows (`about`), or the same name again, is no
+    // change of the profile.
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    change("Annie", "Splits bills").await;
+    assert_eq!(updated_at(&claims().await), renamed);
 }
