@@ -1393,19 +1393,26 @@ async fn too_many_oauth_requests_from_one_address_get_429(backend: Backend) {
     }
     assert_eq!(statuses, [401, 401, 401, 429, 429]);
     assert!(retry_after.is_some());
-    // A person opening the authorize URL gets a page, not JSON.
-    let page = app
-        .http
-        .get(app.url("/v1/oauth/authorize?client_id=x&scope=access_profile"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(page.status(), 429);
-    assert!(page.headers().contains_key("retry-after"));
-    assert!(page.headers()["content-type"]
-        .to_str()
-        .unwrap()
-        .starts_with("text/html"));
+    // A person opening the authorize or logout URL (or answering the logout
+    // confirmation) gets a page, not JSON.
+    for page in [
+        app.http
+            .get(app.url("/v1/oauth/authorize?client_id=x&scope=access_profile"))
+            .send(),
+        app.http.get(app.url("/v1/oauth/logout?state=x")).send(),
+        app.http
+            .post(app.url("/v1/oauth/logout/confirm"))
+            .form(&[("decision", "sign_out")])
+            .send(),
+    ] {
+        let page = page.await.unwrap();
+        assert_eq!(page.status(), 429, "{}", page.url());
+        assert!(page.headers().contains_key("retry-after"));
+        assert!(page.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/html"));
+    }
     // Other addresses have their own allowance.
     let other = reqwest::Client::builder()
         .local_address(Some("127.0.0.4".parse().unwrap()))
