@@ -54,8 +54,7 @@ pub async fn serve(settings: Settings, with_demo: bool) -> anyhow::Result<()> {
         .open_all_connections()
         .await
         .context("cannot open the database's connections")?;
-    let app = Application::build(settings, store.clone()).await?;
-    app.make_first_signing_keys().await?;
+    let app = Application::build_to_serve(settings, store.clone()).await?;
     if with_demo {
         let origin = app.public_origin();
         let demo = demo::seed(store.as_ref(), &PasswordHasher::new(2), origin).await?;
@@ -80,7 +79,6 @@ pub struct Application {
     public_origin: String,
     server: Server,
     workers: tokio::task::JoinHandle<()>,
-    state: web::Data<AppState>,
 }
 
 impl Application {
@@ -89,12 +87,29 @@ impl Application {
         Self::build_with_extra_pages(settings, store, |_| {}).await
     }
 
+    /// As `build`, for `tally serve`: first makes the ID token signing keys
+    /// if the database has none (SPEC §10: on the first start), sealed under
+    /// the secret key this application resolved, before a request is served.
+    /// (Elsewhere the first sign-in that needs them makes them.)
+    pub async fn build_to_serve(settings: Settings, store: Arc<dyn Store>) -> anyhow::Result<Self> {
+        Self::build_inner(settings, store, |_| {}, true).await
+    }
+
     /// As `build`, with `extra` page routes registered inside the pages' scope
     /// (tests use it to show that any page route is guarded).
     pub async fn build_with_extra_pages(
         settings: Settings,
         store: Arc<dyn Store>,
         extra: pages::ExtraPages,
+    ) -> anyhow::Result<Self> {
+        Self::build_inner(settings, store, extra, false).await
+    }
+
+    async fn build_inner(
+        settings: Settings,
+        store: Arc<dyn Store>,
+        extra: pages::ExtraPages,
+        first_signing_keys: bool,
     ) -> anyhow::Result<Self> {
         let listener = TcpListener::bind(settings.listen)
             .with_context(|| format!("cannot listen on {}", settings.listen))?;
@@ -145,7 +160,16 @@ impl Application {
             signing_keys,
         });
 
-        let app_state = state.clone();
+        if first_signing_keys {
+            if let Err(e) = state
+                .signing_keys
+                .ensure_first_keys(state.store.as_ref())
+                .await
+            {
+                workers.abort();
+                return Err(anyhow::Error::from(e).context("cannot make the ID token signing keys"));
+            }
+        }
         let server = HttpServer::new(move || {
             let sessions =
                 SessionMiddleware::builder(CookieSessionStore::default(), cookie_key.clone())
@@ -191,20 +215,7 @@ impl Application {
             public_origin,
             server,
             workers,
-            state: app_state,
         })
-    }
-
-    /// SPEC §10: makes the ID token signing keys on the first start, sealed
-    /// under the secret key this application resolved (so a key made here
-    /// opens when it signs, an in-memory database's random key included).
-    /// The service would also make them on the first sign-in that needs one.
-    pub async fn make_first_signing_keys(&self) -> anyhow::Result<()> {
-        self.state
-            .signing_keys
-            .ensure_first_keys(self.state.store.as_ref())
-            .await
-            .context("cannot make the ID token signing keys")
     }
 
     pub fn port(&self) -> u16 {

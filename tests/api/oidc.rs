@@ -549,3 +549,74 @@ async fn instances_making_the_first_keys_together_all_publish_the_same_keys(back
         assert_eq!(published, stored, "{answer}");
     }
 }
+
+/// `tally serve` on SQLite without `TALLY_SECRET_KEY` makes the signing keys
+/// before it serves, sealed under the key file beside the database, and
+/// `tally admin keys rotate` seals under the same key: the keys of both open
+/// with it. On PostgreSQL the command needs `TALLY_SECRET_KEY`, as `serve`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_signing_keys_are_sealed_under_the_key_the_deployment_resolves() {
+    use tally::oauth::keys::{IdTokenAlg, KeyRing};
+    let db = crate::helpers::TestDb::new(Backend::Sqlite).await.unwrap();
+    let url = db.url_string();
+    let unset = [
+        ("TALLY_DATABASE_URL", url.as_str()),
+        ("TALLY_SECRET_KEY", ""),
+    ];
+    let server = crate::helpers::ServeProcess::start(&url, &unset[1..]);
+    let store = db.store().await;
+    assert_eq!(
+        store.signing_keys().await.unwrap().len(),
+        3,
+        "made on the first start, before serving"
+    );
+    let rotate = tally_with_env(
+        &unset,
+        &[
+            "admin",
+            "keys",
+            "rotate",
+            "--alg",
+            "ES256",
+            "--publish-ahead",
+            "0s",
+            "--json",
+        ],
+    );
+    assert!(rotate.status.success(), "{}", rotate.stderr);
+    let _ = server.stop();
+    let key_file = format!("{}.key", url.strip_prefix("sqlite://").unwrap());
+    let key = std::fs::read_to_string(key_file).unwrap();
+    let ring = KeyRing::new(&secrecy::SecretString::from(key.trim_end().to_owned())).unwrap();
+    for alg in [IdTokenAlg::Rs256, IdTokenAlg::Es256, IdTokenAlg::EdDsa] {
+        let signed = ring
+            .sign(store.as_ref(), alg, serde_json::json!({"sub": "x"}))
+            .await;
+        assert!(signed.is_ok(), "{alg}: {signed:?}");
+    }
+    let rotated = rotate.json()["keys"][0]["kid"].as_str().unwrap().to_owned();
+    let signed = ring
+        .sign(store.as_ref(), IdTokenAlg::Es256, serde_json::json!({}))
+        .await
+        .unwrap();
+    assert_eq!(
+        jsonwebtoken::decode_header(&signed).unwrap().kid.unwrap(),
+        rotated
+    );
+
+    let Some(db) = crate::helpers::TestDb::new(Backend::Postgres).await else {
+        return;
+    };
+    let url = db.url_string();
+    let refused = tally_with_env(
+        &[("TALLY_DATABASE_URL", &url), ("TALLY_SECRET_KEY", "")],
+        &["admin", "keys", "rotate", "--json"],
+    );
+    assert_eq!(refused.status.code(), Some(1), "{}", refused.stderr);
+    assert!(
+        refused.stderr.contains("TALLY_SECRET_KEY"),
+        "{}",
+        refused.stderr
+    );
+    assert!(db.store().await.signing_keys().await.unwrap().is_empty());
+}
