@@ -27,7 +27,7 @@ use tally::config::{DatabaseUrl, Settings};
 use tally::domain::{new_id, now_micros, ScopeSet};
 use tally::oauth::credentials::{self, CredentialKind};
 use tally::startup::{self, Application};
-use tally::store::{NewGrant, NewToken, Store, TokenKind};
+use tally::store::{NewCode, NewGrant, NewOidcGrant, NewToken, Store, TokenKind};
 use tally::{admin, oauth};
 
 const PASSWORD: &str = "bench password 0123456789";
@@ -470,6 +470,52 @@ async fn refresh_token(store: &dyn Store, seeded: &Seeded) -> String {
         .await
         .unwrap();
     refresh.expose().to_owned()
+}
+
+/// A fresh code of a new grant for the app; with `openid`, an OpenID Connect
+/// grant, whose exchange also signs an ID token (RS256).
+async fn fresh_code(store: &dyn Store, payer: &str, client_id: &str, openid: bool) -> String {
+    let now = now_micros();
+    let code = credentials::generate(CredentialKind::AuthorizationCode);
+    let grant = NewGrant {
+        id: new_id(),
+        user_id: payer.to_owned(),
+        client_id: Some(client_id.to_owned()),
+        scopes: if openid {
+            "openid access_profile"
+        } else {
+            "access_profile"
+        }
+        .to_owned(),
+        flow: "code",
+        created_at: now,
+    };
+    let new_code = NewCode {
+        digest: code.digest.clone(),
+        redirect_uri: None,
+        code_challenge: None,
+        created_at: now,
+        expires_at: now + 60_000_000,
+    };
+    if openid {
+        let sign_in = NewOidcGrant {
+            auth_time: now,
+            sid: "bench".to_owned(),
+            nonce: Some("bench".to_owned()),
+            acr: None,
+            amr: "pwd".to_owned(),
+        };
+        store
+            .insert_grant_with_code_and_oidc(&grant, &new_code, &sign_in)
+            .await
+            .unwrap();
+    } else {
+        store
+            .insert_grant_with_code(&grant, &new_code)
+            .await
+            .unwrap();
+    }
+    code.expose().to_owned()
 }
 
 /// Signs in over and over through the form, as a browser would.
@@ -1022,6 +1068,54 @@ async fn main() {
     })
     .await;
     table.add("refresh grant", refresh, &money_base, Some(money_rate));
+
+    // The code exchange with and without openid (SPEC §10): the difference
+    // is the ID token's signature, made on the blocking pool. Each exchange
+    // spends a code written just before it (in the timed loop, alike in both).
+    for (name, openid) in [
+        ("code exchange (code made in the loop)", false),
+        ("code exchange with openid (code made in the loop)", true),
+    ] {
+        let (h, cid, secret, url, store, payer) = (
+            http.clone(),
+            Arc::new(seeded.client_id.clone()),
+            Arc::new(seeded.client_secret.clone()),
+            Arc::new(format!("{o}/v1/oauth/access_token")),
+            store.clone(),
+            Arc::new(seeded.payer.clone()),
+        );
+        let exchange = load(clients, secs, move |_| {
+            let (h, cid, secret, url, store, payer) = (
+                h.clone(),
+                cid.clone(),
+                secret.clone(),
+                url.clone(),
+                store.clone(),
+                payer.clone(),
+            );
+            async move {
+                let code = fresh_code(store.as_ref(), &payer, &cid, openid).await;
+                let Ok(r) = h
+                    .post(url.as_str())
+                    .basic_auth(cid.as_str(), Some(secret.as_str()))
+                    .form(&[
+                        ("grant_type", "authorization_code"),
+                        ("code", code.as_str()),
+                    ])
+                    .send()
+                    .await
+                else {
+                    return false;
+                };
+                let Ok(body) = r.json::<serde_json::Value>().await else {
+                    return false;
+                };
+                body["access_token"].is_string() && (!openid || body["id_token"].is_string())
+            }
+        })
+        .await;
+        table.add(name, exchange, &money_base, Some(money_rate));
+    }
 
     let payer_name = store
         .find_user(tally::store::UserKey::Id(&seeded.payer))

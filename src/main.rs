@@ -67,6 +67,24 @@ enum AdminCommand {
     /// Copy the SQLite database to a new file, consistently, while the server
     /// runs (PostgreSQL: use pg_dump). Never overwrites a file.
     Backup { path: std::path::PathBuf },
+    /// Manage the keys that sign ID tokens (OpenID Connect).
+    #[command(subcommand)]
+    Keys(KeysCommand),
+}
+
+#[derive(Subcommand)]
+enum KeysCommand {
+    /// Make a new signing key: published at once, signing after --publish-ahead.
+    Rotate {
+        /// Only this algorithm (RS256, ES256 or EdDSA); by default each.
+        #[arg(long)]
+        alg: Option<String>,
+        /// How long the new key is published before it signs, e.g. 1h (the default) or 0s.
+        #[arg(long)]
+        publish_ahead: Option<String>,
+    },
+    /// List the signing keys and where each stands.
+    List,
 }
 
 #[derive(Subcommand)]
@@ -89,21 +107,39 @@ enum AppCommand {
     Suspend { client_id: String },
     /// Lift an app's suspension.
     Unsuspend { client_id: String },
-    /// Change an app's settings.
+    /// Change an app's settings (only those named; at least one).
     Set(AppSet),
 }
 
 #[derive(Args)]
-#[command(group(clap::ArgGroup::new("setting").required(true)))]
+#[command(group(clap::ArgGroup::new("setting").required(true).multiple(true)))]
 struct AppSet {
     client_id: String,
     /// Make the app a resource server: introspection answers it about tokens
     /// issued to any app, not only its own.
-    #[arg(long, group = "setting")]
+    #[arg(long, group = "setting", conflicts_with = "no_introspect_any")]
     introspect_any: bool,
     /// Introspection answers the app about its own tokens only (the default).
     #[arg(long, group = "setting")]
     no_introspect_any: bool,
+    /// The algorithm of the app's ID tokens: RS256 (the default), ES256 or EdDSA.
+    #[arg(long, group = "setting", value_name = "ALG")]
+    id_token_alg: Option<String>,
+}
+
+impl From<AppSet> for tally::admin::AppSet {
+    fn from(set: AppSet) -> Self {
+        let introspect_any = match (set.introspect_any, set.no_introspect_any) {
+            (true, _) => Some(true),
+            (false, true) => Some(false),
+            (false, false) => None,
+        };
+        Self {
+            client_id: set.client_id,
+            introspect_any,
+            id_token_alg: set.id_token_alg,
+        }
+    }
 }
 
 #[derive(Subcommand)]
@@ -126,16 +162,17 @@ impl From<AdminCommand> for Admin {
             AdminCommand::App(AppCommand::Unsuspend { client_id }) => {
                 Admin::AppUnsuspend(client_id)
             }
-            AdminCommand::App(AppCommand::Set(set)) => Admin::AppSetIntrospectAny {
-                client_id: set.client_id,
-                introspect_any: set.introspect_any && !set.no_introspect_any,
-            },
+            AdminCommand::App(AppCommand::Set(set)) => Admin::AppSet(set.into()),
             AdminCommand::Deposit { username, amount } => Admin::Deposit { username, amount },
             AdminCommand::Friend(FriendCommand::Add { first, second }) => {
                 Admin::FriendAdd(first, second)
             }
             AdminCommand::Audit => Admin::Audit,
             AdminCommand::Backup { path } => Admin::Backup(path),
+            AdminCommand::Keys(KeysCommand::Rotate { alg, publish_ahead }) => {
+                Admin::KeysRotate { alg, publish_ahead }
+            }
+            AdminCommand::Keys(KeysCommand::List) => Admin::KeysList,
         }
     }
 }

@@ -54,7 +54,7 @@ pub async fn serve(settings: Settings, with_demo: bool) -> anyhow::Result<()> {
         .open_all_connections()
         .await
         .context("cannot open the database's connections")?;
-    let app = Application::build(settings, store.clone()).await?;
+    let app = Application::build_to_serve(settings, store.clone()).await?;
     if with_demo {
         let origin = app.public_origin();
         let demo = demo::seed(store.as_ref(), &PasswordHasher::new(2), origin).await?;
@@ -87,12 +87,29 @@ impl Application {
         Self::build_with_extra_pages(settings, store, |_| {}).await
     }
 
+    /// As `build`, for `tally serve`: first makes the ID token signing keys
+    /// if the database has none (SPEC §10: on the first start), sealed under
+    /// the secret key this application resolved, before a request is served.
+    /// (Elsewhere the first sign-in that needs them makes them.)
+    pub async fn build_to_serve(settings: Settings, store: Arc<dyn Store>) -> anyhow::Result<Self> {
+        Self::build_inner(settings, store, |_| {}, true).await
+    }
+
     /// As `build`, with `extra` page routes registered inside the pages' scope
     /// (tests use it to show that any page route is guarded).
     pub async fn build_with_extra_pages(
         settings: Settings,
         store: Arc<dyn Store>,
         extra: pages::ExtraPages,
+    ) -> anyhow::Result<Self> {
+        Self::build_inner(settings, store, extra, false).await
+    }
+
+    async fn build_inner(
+        settings: Settings,
+        store: Arc<dyn Store>,
+        extra: pages::ExtraPages,
+        first_signing_keys: bool,
     ) -> anyhow::Result<Self> {
         let listener = TcpListener::bind(settings.listen)
             .with_context(|| format!("cannot listen on {}", settings.listen))?;
@@ -110,6 +127,7 @@ impl Application {
         // deployment's secret key, so every instance reads every cookie.
         let cookie_key = Key::from(&Sha512::digest(secret_key.expose_secret().as_bytes()));
         let secure_cookies = public_origin.starts_with("https://");
+        let signing_keys = crate::oauth::keys::KeyRing::new(&secret_key)?;
         let workers = workers::spawn(store.clone(), (&settings).into());
         let mailer = Mailer::from_settings(&settings)?;
         let hasher = {
@@ -139,8 +157,19 @@ impl Application {
             introspection_cache: IntrospectionCache::default(),
             token_cache: TokenCache::default(),
             client_cache: ClientCache::default(),
+            signing_keys,
         });
 
+        if first_signing_keys {
+            if let Err(e) = state
+                .signing_keys
+                .ensure_first_keys(state.store.as_ref())
+                .await
+            {
+                workers.abort();
+                return Err(anyhow::Error::from(e).context("cannot make the ID token signing keys"));
+            }
+        }
         let server = HttpServer::new(move || {
             let sessions =
                 SessionMiddleware::builder(CookieSessionStore::default(), cookie_key.clone())
@@ -216,6 +245,10 @@ fn routes(cfg: &mut web::ServiceConfig, extra_pages: pages::ExtraPages) {
             "/.well-known/oauth-authorization-server",
             web::get().to(api::oauth::metadata),
         )
+        .route(
+            "/.well-known/openid-configuration",
+            web::get().to(api::oidc::discovery),
+        )
         .service(
             web::scope("/v1")
                 .wrap(from_fn(api::no_store))
@@ -262,9 +295,9 @@ async fn oauth_rate_limit(
         return next.call(req).await;
     };
     let retry_after_secs = wait.as_secs() + 1;
-    // People open the authorize URL in a browser: they get a page. The JSON
+    // People open the authorize and logout URLs in a browser: they get a page. The JSON
     // endpoints answer in their own (RFC 6749) error shape.
-    if req.path().ends_with("/authorize") {
+    if req.path().ends_with("/authorize") || req.path().contains("/oauth/logout") {
         Err(pages::PageError::TooManyRequests { retry_after_secs }.into())
     } else {
         Err(api::oauth::OAuthError::rate_limited(retry_after_secs).into())

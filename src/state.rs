@@ -41,4 +41,6 @@ pub struct AppState {
     pub token_cache: TokenCache,
     /// The apps the token endpoint authenticated in the last moments.
     pub client_cache: ClientCache,
+    /// The keys that sign ID tokens (SPEC §10).
+    pub signing_keys: crate::oauth::keys::KeyRing,
 }

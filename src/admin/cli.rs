@@ -24,11 +24,8 @@ pub enum Command {
     AppAdd(AppAdd),
     AppSuspend(String),
     AppUnsuspend(String),
-    /// Whether the app may introspect tokens issued to any app.
-    AppSetIntrospectAny {
-        client_id: String,
-        introspect_any: bool,
-    },
+    /// Changes the settings it names.
+    AppSet(super::AppSet),
     Deposit {
         username: String,
         /// Decimal dollars, as typed.
@@ -38,6 +35,12 @@ pub enum Command {
     Audit,
     /// Where the copy goes; never an existing file.
     Backup(PathBuf),
+    /// A new ID token signing key for the algorithm, or for each.
+    KeysRotate {
+        alg: Option<String>,
+        publish_ahead: Option<String>,
+    },
+    KeysList,
 }
 
 /// Runs `command` against the configured database and prints its answer.
@@ -71,14 +74,12 @@ pub async fn run(settings: &Settings, json: bool, command: Command) -> ExitCode 
         }),
         Command::AppSuspend(client_id) => app_suspend(json, store, &client_id, true).await,
         Command::AppUnsuspend(client_id) => app_suspend(json, store, &client_id, false).await,
-        Command::AppSetIntrospectAny {
-            client_id,
-            introspect_any,
-        } => report(
-            json,
-            operations::app_set(store, &client_id, introspect_any).await,
-            |a| format!("{}: introspect_any={}", a.client_id, a.introspect_any),
-        ),
+        Command::AppSet(input) => report(json, operations::app_set(store, input).await, |a| {
+            format!(
+                "{}: introspect_any={} id_token_alg={}",
+                a.client_id, a.introspect_any, a.id_token_alg
+            )
+        }),
         Command::Deposit { username, amount } => report(
             json,
             operations::deposit(store, &username, &amount).await,
@@ -102,6 +103,34 @@ pub async fn run(settings: &Settings, json: bool, command: Command) -> ExitCode 
         },
         Command::Backup(path) => report(json, operations::backup(store, &path).await, |b| {
             format!("backed up to {} ({} bytes)", b.path, b.bytes)
+        }),
+        Command::KeysRotate { alg, publish_ahead } => {
+            let rotated = match startup::resolve_secret_key(settings, store).await {
+                Ok(secret) => {
+                    super::keys_rotate(store, &secret, alg.as_deref(), publish_ahead.as_deref())
+                        .await
+                }
+                Err(e) => Err(AdminError::Unexpected(e)),
+            };
+            report(json, rotated, |r| {
+                r.keys
+                    .iter()
+                    .map(|k| format!("new {} key {}, signing from {}", k.alg, k.kid, k.signs_from))
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            })
+        }
+        Command::KeysList => report(json, super::keys_list(store).await, |l| {
+            l.keys
+                .iter()
+                .map(|k| {
+                    format!(
+                        "{} {} published={} signing={}",
+                        k.alg, k.kid, k.published, k.signing
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join("\n")
         }),
     }
 }

@@ -2,6 +2,8 @@
 //! one from the command line and prints its answer.
 
 pub mod cli;
+mod keys;
 mod operations;
 
+pub use keys::*;
 pub use operations::*;

@@ -6,6 +6,7 @@ use crate::auth::password::{PasswordHasher, Requester};
 use crate::domain::{now_micros, Amount, Email, Money, Password, Phone, Username};
 use crate::ledger;
 use crate::oauth::clients::{self, AppDetails};
+use crate::oauth::keys::IdTokenAlg;
 use crate::store::{Store, StoreError, User, UserFlags, UserKey};
 use secrecy::ExposeSecret;
 use serde::Serialize;
@@ -223,27 +224,72 @@ pub async fn app_suspend(
         .ok_or_else(|| AdminError::UnknownApp(client_id.to_owned()))
 }
 
-/// What `admin app set` changed, as it stands now.
+/// The input of `admin app set`: each setting given is changed, the others
+/// stay as they are.
+#[derive(Debug, Default, Clone)]
+pub struct AppSet {
+    pub client_id: String,
+    /// Whether the app is a resource server: introspection answers it about
+    /// any app's tokens (SPEC §6).
+    pub introspect_any: Option<bool>,
+    /// The algorithm of the app's ID tokens (SPEC §10), as typed: RS256,
+    /// ES256 or EdDSA in any letter case.
+    pub id_token_alg: Option<String>,
+}
+
+/// An app's settings after `admin app set`, as they stand now.
 #[derive(Debug, Serialize)]
 pub struct AppSettings {
     pub client_id: String,
     /// A resource server: introspection answers it about any app's tokens.
     pub introspect_any: bool,
+    /// The algorithm its ID tokens are signed with.
+    pub id_token_alg: String,
 }
 
-pub async fn app_set(
-    store: &dyn Store,
-    client_id: &str,
-    introspect_any: bool,
-) -> Result<AppSettings, AdminError> {
-    store
-        .set_app_introspect_any(client_id.trim(), introspect_any)
+/// Changes the settings `input` names. Every input is checked before anything
+/// is changed, so a refused command changes nothing.
+pub async fn app_set(store: &dyn Store, input: AppSet) -> Result<AppSettings, AdminError> {
+    let client_id = input.client_id.trim();
+    if input.introspect_any.is_none() && input.id_token_alg.is_none() {
+        return Err(invalid(
+            "nothing to set: give --introspect-any, --no-introspect-any or --id-token-alg",
+        ));
+    }
+    let alg = input.id_token_alg.as_deref().map(parse_alg).transpose()?;
+    let Some(mut app) = store.find_app(client_id).await? else {
+        return Err(AdminError::UnknownApp(client_id.to_owned()));
+    };
+    if let Some(introspect_any) = input.introspect_any {
+        app = store
+            .set_app_introspect_any(client_id, introspect_any)
+            .await?
+            .ok_or_else(|| AdminError::UnknownApp(client_id.to_owned()))?;
+    }
+    if let Some(alg) = alg {
+        if !store.set_id_token_alg(client_id, alg.as_str()).await? {
+            return Err(AdminError::UnknownApp(client_id.to_owned()));
+        }
+    }
+    let id_token_alg = store
+        .id_token_alg(client_id)
         .await?
-        .map(|app| AppSettings {
-            client_id: app.client_id,
-            introspect_any: app.introspect_any,
-        })
-        .ok_or_else(|| AdminError::UnknownApp(client_id.to_owned()))
+        .and_then(|name| IdTokenAlg::parse(&name))
+        .unwrap_or(IdTokenAlg::DEFAULT);
+    Ok(AppSettings {
+        client_id: app.client_id,
+        introspect_any: app.introspect_any,
+        id_token_alg: id_token_alg.as_str().to_owned(),
+    })
+}
+
+/// An algorithm's name, as an operator typed it.
+pub(super) fn parse_alg(name: &str) -> Result<IdTokenAlg, AdminError> {
+    IdTokenAlg::parse(name).ok_or_else(|| {
+        AdminError::Invalid(format!(
+            "unknown ID token algorithm {name:?}: use RS256, ES256 or EdDSA"
+        ))
+    })
 }
 
 #[derive(Debug, Serialize)]

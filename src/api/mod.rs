@@ -4,6 +4,7 @@
 pub mod error;
 pub mod health;
 pub mod oauth;
+pub mod oidc;
 pub mod params;
 pub mod payments;
 pub mod principal;
@@ -42,6 +43,8 @@ route_table! {
     "/token" => { post => oauth::token },
     "/revoke" => { post => oauth::revoke },
     "/introspect" => { post => oauth::introspection },
+    "/jwks" => { get => oidc::jwks },
+    "/userinfo" => { get => oidc::userinfo, post => oidc::userinfo },
 }
 
 /// The OpenAPI 3.1 document of the REST API and the OAuth endpoints.

@@ -357,6 +357,9 @@ struct TokenResponse {
     scope: String,
     balance: Option<Money>,
     user: UserView,
+    /// OpenID Connect (SPEC §10): for a grant whose scope holds `openid`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    id_token: Option<String>,
 }
 
 /// `POST /oauth/access_token` (and `/oauth/token`).
@@ -405,7 +408,31 @@ pub async fn token(
         .scopes
         .contains(Scope::AccessBalance)
         .then(|| Money::from_cents(issued.user.balance_cents));
+    let id_token = if issued.scopes.contains(Scope::OpenId) {
+        crate::oauth::id_token::issue(
+            state.store.as_ref(),
+            &state.signing_keys,
+            crate::oauth::id_token::IdTokenFor {
+                issuer: &state.public_origin,
+                client_id: &app.client_id,
+                user_id: &issued.user.id,
+                grant_id: &issued.grant_id,
+                access_token: issued.access_token.expose(),
+                refreshed: issued.refreshed,
+            },
+        )
+        .await
+        .map_err(|e| match e {
+            crate::oauth::keys::KeyError::Store(e) => OAuthError::from(e),
+            crate::oauth::keys::KeyError::Unexpected(e) => {
+                OAuthError::from(crate::store::StoreError::Unexpected(e))
+            }
+        })?
+    } else {
+        None
+    };
     let body = TokenResponse {
+        id_token,
         access_token: issued.access_token.expose().to_owned(),
         token_type: "bearer",
         expires_in: crate::oauth::tokens::SERVER_SIDE_TTL.as_secs(),
@@ -517,23 +544,48 @@ pub async fn introspection(
 
 /// `GET /.well-known/oauth-authorization-server` (RFC 8414), at the origin.
 pub async fn metadata(state: web::Data<AppState>) -> HttpResponse {
-    let origin = &state.public_origin;
+    HttpResponse::Ok().json(server_metadata(&state.public_origin))
+}
+
+/// The authorization server's metadata: RFC 8414's document and OpenID
+/// Connect Discovery 1.0's are this one, with one issuer (the public origin,
+/// every ID token's `iss` too). Only endpoints that exist are named.
+pub fn server_metadata(origin: &str) -> serde_json::Value {
     let oauth = format!("{origin}/v1/oauth");
     let scopes: Vec<&str> = Scope::ALL.iter().map(|s| s.as_str()).collect();
-    HttpResponse::Ok().json(serde_json::json!({
+    let algs: Vec<&str> = crate::oauth::keys::IdTokenAlg::ALL
+        .iter()
+        .map(|a| a.as_str())
+        .collect();
+    serde_json::json!({
         "issuer": origin,
         "authorization_endpoint": format!("{oauth}/authorize"),
         "token_endpoint": format!("{oauth}/access_token"),
+        "userinfo_endpoint": format!("{oauth}/userinfo"),
+        "jwks_uri": format!("{oauth}/jwks"),
+        "end_session_endpoint": format!("{oauth}/logout"),
         "revocation_endpoint": format!("{oauth}/revoke"),
         "introspection_endpoint": format!("{oauth}/introspect"),
         "scopes_supported": scopes,
-        "response_types_supported": ["token", "code"],
+        "response_types_supported": ["code", "token"],
         "response_modes_supported": ["query"],
         "grant_types_supported": ["authorization_code", "refresh_token", "implicit"],
+        "subject_types_supported": ["public"],
+        "id_token_signing_alg_values_supported": algs,
+        "claims_supported": [
+            "iss", "sub", "aud", "exp", "iat", "auth_time", "nonce", "at_hash", "amr", "acr",
+            "sid", "name", "given_name", "family_name", "preferred_username", "picture", "updated_at",
+            "email", "email_verified", "phone_number", "phone_number_verified",
+        ],
+        "prompt_values_supported": ["none", "login", "consent"],
+        "acr_values_supported": ["pwd", "mfa"],
+        "claims_parameter_supported": false,
+        "request_parameter_supported": false,
+        "request_uri_parameter_supported": false,
         "token_endpoint_auth_methods_supported": ["client_secret_basic", "client_secret_post"],
         "revocation_endpoint_auth_methods_supported": ["client_secret_basic", "client_secret_post"],
         "introspection_endpoint_auth_methods_supported": ["client_secret_basic", "client_secret_post"],
         "code_challenge_methods_supported": ["S256"],
         "authorization_response_iss_parameter_supported": true,
-    }))
+    })
 }

@@ -13,10 +13,19 @@ pub enum Scope {
     AccessPaymentHistory,
     /// Accepted for old clients; grants nothing yet.
     AccessFeed,
+    /// OpenID Connect (SPEC §10): signs the user in to the app (an ID token
+    /// and `/oauth/userinfo`).
+    OpenId,
+    /// OpenID Connect's profile claims at `/oauth/userinfo`.
+    Profile,
+    /// OpenID Connect's `email` claims (a verified address only).
+    Email,
+    /// OpenID Connect's `phone_number` claims (a verified number only).
+    Phone,
 }
 
 impl Scope {
-    pub const ALL: [Scope; 8] = [
+    pub const ALL: [Scope; 12] = [
         Scope::MakePayments,
         Scope::AccessProfile,
         Scope::AccessBalance,
@@ -25,6 +34,10 @@ impl Scope {
         Scope::AccessFriends,
         Scope::AccessPaymentHistory,
         Scope::AccessFeed,
+        Scope::OpenId,
+        Scope::Profile,
+        Scope::Email,
+        Scope::Phone,
     ];
 
     pub const fn as_str(self) -> &'static str {
@@ -37,6 +50,10 @@ impl Scope {
             Scope::AccessFriends => "access_friends",
             Scope::AccessPaymentHistory => "access_payment_history",
             Scope::AccessFeed => "access_feed",
+            Scope::OpenId => "openid",
+            Scope::Profile => "profile",
+            Scope::Email => "email",
+            Scope::Phone => "phone",
         }
     }
 
@@ -51,7 +68,12 @@ impl Scope {
             | Scope::AccessEmail
             | Scope::AccessPhone
             | Scope::AccessFriends => true,
-            Scope::AccessPaymentHistory | Scope::AccessFeed => false,
+            Scope::AccessPaymentHistory
+            | Scope::AccessFeed
+            | Scope::OpenId
+            | Scope::Profile
+            | Scope::Email
+            | Scope::Phone => false,
         }
     }
 
@@ -68,6 +90,10 @@ impl Scope {
             Scope::AccessFriends => "See your friends list",
             Scope::AccessPaymentHistory => "See your payment history",
             Scope::AccessFeed => "See your feed (grants nothing yet)",
+            Scope::OpenId => "Sign you in with your Tally account (it learns your account id)",
+            Scope::Profile => "See your name, username and profile picture",
+            Scope::Email => "See your e-mail address, once you have verified it",
+            Scope::Phone => "See your phone number, once you have verified it",
         }
     }
 

@@ -2,11 +2,13 @@
 //! 9207), as typed outcomes; the web layer decides how to show them.
 
 use super::credentials::{self, CredentialKind};
+use super::id_token::{session_sid, AMR_PASSWORD};
 use super::tokens::{self, CLIENT_SIDE_TTL};
 use crate::domain::{
-    has_forbidden_control, micros, new_id, now_micros, Lines, RedirectUrl, ScopeError, ScopeSet,
+    has_forbidden_control, micros, new_id, now_micros, Lines, RedirectUrl, Scope, ScopeError,
+    ScopeSet,
 };
-use crate::store::{App, Consent, NewCode, NewGrant, Store, StoreError};
+use crate::store::{App, Consent, NewCode, NewGrant, NewOidcGrant, Store, StoreError};
 use std::time::Duration;
 use url::Url;
 
@@ -24,6 +26,10 @@ pub struct AuthorizeParams {
     pub code_challenge: Option<String>,
     pub code_challenge_method: Option<String>,
     pub prompt: Option<String>,
+    pub nonce: Option<String>,
+    pub max_age: Option<String>,
+    pub login_hint: Option<String>,
+    pub acr_values: Option<String>,
     /// Recognized parameters given more than once (SPEC §6), in order.
     pub repeated: Vec<&'static str>,
     /// Parameters, known or not, whose name or value holds a control
@@ -41,6 +47,12 @@ const RECOGNIZED: &[&str] = &[
     "code_challenge",
     "code_challenge_method",
     "prompt",
+    // OpenID Connect Core 1.0 §3.1.2.1 (ui_locales, claims_locales and
+    // display are accepted and ignored like any unknown parameter).
+    "nonce",
+    "max_age",
+    "login_hint",
+    "acr_values",
 ];
 
 impl AuthorizeParams {
@@ -70,6 +82,10 @@ impl AuthorizeParams {
                 "state" => &mut params.state,
                 "code_challenge" => &mut params.code_challenge,
                 "code_challenge_method" => &mut params.code_challenge_method,
+                "nonce" => &mut params.nonce,
+                "max_age" => &mut params.max_age,
+                "login_hint" => &mut params.login_hint,
+                "acr_values" => &mut params.acr_values,
                 _ => &mut params.prompt,
             };
             if slot.is_some() {
@@ -135,6 +151,32 @@ pub struct ValidRequest {
     pub state: Option<String>,
     pub code_challenge: Option<String>,
     pub force_consent: bool,
+    pub oidc: OidcParams,
+}
+
+/// The OpenID Connect parameters of a request (Core §3.1.2.1), read.
+#[derive(Debug, Clone, Default)]
+pub struct OidcParams {
+    /// `prompt=none`: no page may be shown.
+    pub prompt_none: bool,
+    /// `prompt=login`: the user signs in again, even with a session.
+    pub prompt_login: bool,
+    /// A sign-in older than this many seconds is asked again.
+    pub max_age: Option<i64>,
+    pub login_hint: Option<String>,
+    pub nonce: Option<String>,
+    pub acr_values: Vec<String>,
+}
+
+/// The longest `nonce` accepted (it is stored with the grant).
+const MAX_NONCE_BYTES: usize = 512;
+
+/// The sign-in behind an approval: when it happened (microseconds) and the
+/// browser session's id.
+#[derive(Debug, Clone)]
+pub struct Authentication {
+    pub auth_time: i64,
+    pub session_id: String,
 }
 
 impl ValidRequest {
@@ -155,7 +197,52 @@ impl ValidRequest {
             fields.push(("code_challenge", challenge.clone()));
             fields.push(("code_challenge_method", "S256".to_owned()));
         }
+        if let Some(nonce) = &self.oidc.nonce {
+            fields.push(("nonce", nonce.clone()));
+        }
+        if !self.oidc.acr_values.is_empty() {
+            fields.push(("acr_values", self.oidc.acr_values.join(" ")));
+        }
         fields
+    }
+
+    /// An OpenID Connect authentication request (SPEC §10).
+    pub fn is_openid(&self) -> bool {
+        self.scopes.contains(Scope::OpenId)
+    }
+
+    /// Whether the user must sign in again before this request is decided:
+    /// `prompt=login`, or a sign-in at `auth_time` older than `max_age`.
+    pub fn wants_fresh_sign_in(&self, auth_time: i64, now: i64) -> bool {
+        self.oidc.prompt_login
+            || self.oidc.max_age.is_some_and(|max_age| {
+                auth_time < now.saturating_sub(max_age.saturating_mul(1_000_000))
+            })
+    }
+
+    /// A refusal that only the signed-in user's account can cause:
+    /// `acr_values=mfa` from a user without a second factor (none has one
+    /// yet; SPEC §11).
+    pub fn refusal_for_user(&self, issuer: &str) -> Option<Url> {
+        self.oidc.acr_values.iter().any(|v| v == "mfa").then(|| {
+            self.refuse(
+                "access_denied",
+                "acr_values asks for a second factor (mfa), and this account has no second \
+                 factor",
+                issuer,
+            )
+        })
+    }
+
+    /// The app's redirect URL carrying `error` (with `state` and `iss`).
+    pub fn refuse(&self, error: &str, description: &str, issuer: &str) -> Url {
+        error_redirect(
+            &self.redirect,
+            error,
+            description,
+            self.state.as_deref(),
+            issuer,
+        )
     }
 }
 
@@ -256,6 +343,53 @@ pub async fn validate(
             return fail("invalid_scope", &format!("unknown scope {name}"))
         }
     };
+    // SPEC §10: no ID token travels in a URL.
+    if flow == Flow::Token && scopes.contains(Scope::OpenId) {
+        return fail(
+            "invalid_scope",
+            "openid needs response_type=code: an ID token never travels in a URL",
+        );
+    }
+    let prompts: Vec<&str> = params
+        .prompt
+        .as_deref()
+        .unwrap_or("")
+        .split(' ')
+        .filter(|p| !p.is_empty())
+        .collect();
+    // Core §3.1.2.1: none with any other value is an error.
+    if prompts.contains(&"none") && prompts.len() > 1 {
+        return fail(
+            "invalid_request",
+            "prompt=none cannot be combined with other values",
+        );
+    }
+    let max_age = match params.max_age.as_deref().filter(|m| !m.is_empty()) {
+        None => None,
+        Some(text) => match text.parse::<u32>() {
+            Ok(seconds) => Some(i64::from(seconds)),
+            Err(_) => return fail("invalid_request", "max_age must be a number of seconds"),
+        },
+    };
+    let nonce = params.nonce.clone().filter(|n| !n.is_empty());
+    if nonce.as_ref().is_some_and(|n| n.len() > MAX_NONCE_BYTES) {
+        return fail("invalid_request", "nonce is longer than 512 bytes");
+    }
+    let oidc = OidcParams {
+        prompt_none: prompts.contains(&"none"),
+        prompt_login: prompts.contains(&"login"),
+        max_age,
+        login_hint: params.login_hint.clone().filter(|h| !h.is_empty()),
+        nonce,
+        acr_values: params
+            .acr_values
+            .as_deref()
+            .unwrap_or("")
+            .split(' ')
+            .filter(|v| !v.is_empty())
+            .map(str::to_owned)
+            .collect(),
+    };
     let code_challenge = match (
         flow,
         params.code_challenge.as_deref().filter(|c| !c.is_empty()),
@@ -279,7 +413,8 @@ pub async fn validate(
         flow,
         state,
         code_challenge,
-        force_consent: params.prompt.as_deref() == Some("consent"),
+        force_consent: prompts.contains(&"consent"),
+        oidc,
     })))
 }
 
@@ -294,6 +429,7 @@ const RESPONSE_PARAMETERS: &[&str] = &[
     "state",
     "code",
     "iss",
+    "id_token",
     "error",
     "error_description",
 ];
@@ -302,7 +438,8 @@ const RESPONSE_PARAMETERS: &[&str] = &[
 /// path, dot segments, fragment), and a query free of the response's
 /// parameters, whatever their letter case: many apps read query names without
 /// regard to case, so `Access_Token` would stand for `access_token` there.
-fn allowed_override(registered: &RedirectUrl, given: &str) -> Option<Url> {
+/// A post-logout URL (SPEC §10) must pass it too.
+pub(crate) fn allowed_override(registered: &RedirectUrl, given: &str) -> Option<Url> {
     let given = registered.admits_override(given)?;
     let clean_query = !given.url().query_pairs().any(|(name, _)| {
         RESPONSE_PARAMETERS
@@ -355,6 +492,7 @@ pub async fn approve(
     user_id: &str,
     request: &ValidRequest,
     issuer: &str,
+    signed_in: &Authentication,
 ) -> Result<Url, StoreError> {
     let now = now_micros();
     let scopes = request.scopes.to_string();
@@ -390,18 +528,28 @@ pub async fn approve(
                 flow: Flow::Code.response_type(),
                 created_at: now,
             };
-            store
-                .insert_grant_with_code(
-                    &grant,
-                    &NewCode {
-                        digest: code.digest.clone(),
-                        redirect_uri: request.redirect_uri_given.clone(),
-                        code_challenge: request.code_challenge.clone(),
-                        created_at: now,
-                        expires_at: now + micros(CODE_TTL),
-                    },
-                )
-                .await?;
+            let new_code = NewCode {
+                digest: code.digest.clone(),
+                redirect_uri: request.redirect_uri_given.clone(),
+                code_challenge: request.code_challenge.clone(),
+                created_at: now,
+                expires_at: now + micros(CODE_TTL),
+            };
+            if request.is_openid() {
+                // What the grant's ID tokens will say of this sign-in.
+                let oidc = NewOidcGrant {
+                    auth_time: signed_in.auth_time,
+                    sid: session_sid(&signed_in.session_id),
+                    nonce: request.oidc.nonce.clone(),
+                    acr: (!request.oidc.acr_values.is_empty()).then(|| AMR_PASSWORD.to_owned()),
+                    amr: AMR_PASSWORD.to_owned(),
+                };
+                store
+                    .insert_grant_with_code_and_oidc(&grant, &new_code, &oidc)
+                    .await?;
+            } else {
+                store.insert_grant_with_code(&grant, &new_code).await?;
+            }
             redirect
                 .query_pairs_mut()
                 .append_pair("code", code.expose());

@@ -34,6 +34,10 @@ pub struct IssuedTokens {
     pub refresh_token: IssuedCredential,
     pub scopes: ScopeSet,
     pub user: User,
+    /// The grant the tokens belong to.
+    pub grant_id: String,
+    /// Issued by a refresh (not a code exchange).
+    pub refreshed: bool,
 }
 
 /// Exchanges a code or a refresh token for a new access and refresh token.
@@ -46,7 +50,8 @@ pub async fn exchange(
     let now = now_micros();
     let (access, access_row) = tokens::mint(TokenKind::Access, now, SERVER_SIDE_TTL);
     let (refresh, refresh_row) = tokens::mint(TokenKind::Refresh, now, REFRESH_TTL);
-    let (user_id, scopes, user) = match request {
+    let refreshed = matches!(request, GrantRequest::RefreshToken { .. });
+    let (user_id, scopes, user, grant_id) = match request {
         GrantRequest::AuthorizationCode {
             code,
             redirect_uri,
@@ -63,7 +68,7 @@ pub async fn exchange(
                 .exchange_code(code, &check, &[access_row, refresh_row])
                 .await?
             {
-                CodeUse::Issued(record) => (record.user_id, record.scopes, None),
+                CodeUse::Issued(record) => (record.user_id, record.scopes, None, record.grant_id),
                 CodeUse::Refused(reason) => return Err(GrantError::InvalidGrant(reason)),
                 CodeUse::Revoked => {
                     return Err(GrantError::InvalidGrant(
@@ -123,6 +128,7 @@ pub async fn exchange(
                         .as_ref()
                         .map_or(grant.grant_scopes, ScopeSet::to_string),
                     Some(grant.user),
+                    grant.grant_id,
                 ),
                 RefreshUse::Replayed => {
                     return Err(GrantError::InvalidGrant(
@@ -157,6 +163,8 @@ pub async fn exchange(
         refresh_token: refresh,
         scopes,
         user,
+        grant_id,
+        refreshed,
     })
 }
 

@@ -7,7 +7,10 @@ pub mod client_auth;
 pub mod clients;
 pub mod credentials;
 pub mod grants;
+pub mod id_token;
 pub mod introspection_cache;
+pub mod keys;
+pub mod logout;
 pub mod tokens;
 
 pub use tokens::{introspect, ActiveToken, IntrospectError};

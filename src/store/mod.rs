@@ -6,6 +6,7 @@ mod batch_queue;
 mod error;
 mod models;
 mod oauth;
+mod oidc;
 mod pay_batcher;
 mod payments;
 mod pool;
@@ -27,6 +28,7 @@ pub use oauth::{
     NewGrant, NewReveal, NewToken, PersonalToken, Presented, RefreshUse, RotatedGrant,
     SigninDecision, TokenKind, TokenRecord,
 };
+pub use oidc::{NewOidcGrant, OidcGrant, OidcStore, SigningKeyRow};
 pub use payments::{
     DuePayment, IdempotencyKey, InsertOutcome, Move, Payment, PaymentFilter, PaymentInsert,
     RecordedToAccount, Settlement, StoredIdempotencyKey, Transition, TransitionOutcome, UserSearch,

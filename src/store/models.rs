@@ -19,6 +19,8 @@ pub struct User {
     pub suspended: bool,
     pub balance_cents: i64,
     pub date_joined: i64,
+    /// When the name was last changed (microseconds); `None` if never.
+    pub profile_updated_at: Option<i64>,
 }
 
 impl fmt::Debug for User {
@@ -64,6 +66,8 @@ pub struct ProfileUpdate {
     pub first_name: String,
     pub last_name: String,
     pub about: String,
+    /// Now (microseconds): the profile's `updated_at` if the name changes.
+    pub at: i64,
 }
 
 #[derive(Debug, Clone, sqlx::FromRow)]

@@ -8,7 +8,7 @@ macro_rules! user_columns {
     () => {
         "id, username, first_name, last_name, about, \
          profile_picture_url, email, email_verified, phone, phone_verified, password_hash, \
-         verified, suspended, balance_cents, date_joined"
+         verified, suspended, balance_cents, date_joined, profile_updated_at"
     };
 }
 pub(crate) use user_columns;

@@ -3,6 +3,7 @@
 //! what concerns the database itself. Both backends implement every one (see
 //! `queries/mod.rs`).
 
+use super::OidcStore;
 use super::{
     App, AppUpdate, AuditChunk, AuditSnapshot, CodeCheck, CodeUse, Consent, ConsentRow, DuePayment,
     IdempotencyKey, InsertOutcome, IntrospectingClient, Movement, NewApp, NewCode, NewGrant,
@@ -34,7 +35,7 @@ pub struct Claimant<'a> {
 /// Everything the service stores, and the database itself.
 #[async_trait]
 pub trait Store:
-    UserStore + AccountStore + OAuthStore + PaymentStore + Send + Sync + 'static
+    UserStore + AccountStore + OAuthStore + OidcStore + PaymentStore + Send + Sync + 'static
 {
     /// Which backend this is, for logs and tests.
     fn backend(&self) -> &'static str;

@@ -186,6 +186,7 @@ fn parse_profile(form: &ProfileForm) -> Result<ProfileUpdate, FormState> {
         first_name,
         last_name,
         about,
+        at: crate::domain::now_micros(),
     })
 }
 

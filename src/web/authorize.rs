@@ -3,10 +3,12 @@
 
 use super::forms::FormFields;
 use super::session::{self, CurrentUser, Page};
-use super::signin::sign_in_page;
+use super::signin::sign_in_page_for;
 use super::view::{page, see_other, with_form_target, PageError};
+use crate::domain::now_micros;
 use crate::oauth::authorize::{self, AuthorizeParams, ValidRequest, Validation};
 use crate::state::AppState;
+use actix_session::Session;
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
 use askama::Template;
@@ -56,25 +58,65 @@ pub async fn show(
     let params =
         AuthorizeParams::from_pairs(url::form_urlencoded::parse(req.query_string().as_bytes()));
     let checked = validated(&state, &params).await?;
+    let issuer = &state.public_origin;
+    let here = req
+        .uri()
+        .path_and_query()
+        .map_or("/", |p| p.as_str())
+        .to_owned();
     let Some(user) = user else {
-        let app_name = match &checked {
-            Checked::RedirectError { app_name, .. } => app_name.clone(),
-            Checked::Valid(request) => request.app.name.clone(),
+        let (app_name, hint) = match &checked {
+            Checked::RedirectError { app_name, .. } => (app_name.clone(), None),
+            Checked::Valid(request) => {
+                // OpenID Connect `prompt=none`: no page may be shown.
+                if request.oidc.prompt_none {
+                    let url = request.refuse("login_required", "the user is not signed in", issuer);
+                    return Ok(see_other(url.as_str()));
+                }
+                (request.app.name.clone(), request.oidc.login_hint.clone())
+            }
         };
-        let here = req
-            .uri()
-            .path_and_query()
-            .map_or("/", |p| p.as_str())
-            .to_owned();
-        return sign_in_page(&session, here, Some(app_name));
+        return sign_in_page_for(&session, here, Some(app_name), hint.as_deref());
     };
     let request = match checked {
         Checked::RedirectError { url, .. } => return Ok(see_other(&url)),
         Checked::Valid(request) => request,
     };
+    let signed_in = authentication(&session)?;
+    // `prompt=login` or `max_age`: the password again, even with a session.
+    if request.wants_fresh_sign_in(signed_in.auth_time, now_micros())
+        && !session::signed_in_again(&session)
+    {
+        if request.oidc.prompt_none {
+            let url = request.refuse(
+                "login_required",
+                "the sign-in is older than max_age",
+                issuer,
+            );
+            return Ok(see_other(url.as_str()));
+        }
+        session::ask_to_sign_in_again(&session)?;
+        let hint = request
+            .oidc
+            .login_hint
+            .clone()
+            .unwrap_or_else(|| user.username.clone());
+        return sign_in_page_for(&session, here, Some(request.app.name.clone()), Some(&hint));
+    }
+    if let Some(url) = request.refusal_for_user(issuer) {
+        return Ok(see_other(url.as_str()));
+    }
     let store = state.store.as_ref();
     if !authorize::needs_consent(store, &user.id, &request).await? {
-        let url = authorize::approve(store, &user.id, &request, &state.public_origin).await?;
+        let url = authorize::approve(store, &user.id, &request, issuer, &signed_in).await?;
+        return Ok(see_other(url.as_str()));
+    }
+    if request.oidc.prompt_none {
+        let url = request.refuse(
+            "consent_required",
+            "the user has not allowed this request yet",
+            issuer,
+        );
         return Ok(see_other(url.as_str()));
     }
     let template = ConsentPage {
@@ -99,6 +141,7 @@ pub async fn show(
 
 pub async fn decide(
     state: web::Data<AppState>,
+    session: Session,
     form: FormFields,
     CurrentUser(user): CurrentUser,
 ) -> Result<HttpResponse, PageError> {
@@ -115,15 +158,19 @@ pub async fn decide(
     };
     let target = redirect_origin(&request);
     let url = match form.get("decision") {
-        Some("allow") => {
-            authorize::approve(
-                state.store.as_ref(),
-                &user.id,
-                &request,
-                &state.public_origin,
-            )
-            .await?
-        }
+        Some("allow") => match request.refusal_for_user(&state.public_origin) {
+            Some(refused) => refused,
+            None => {
+                authorize::approve(
+                    state.store.as_ref(),
+                    &user.id,
+                    &request,
+                    &state.public_origin,
+                    &authentication(&session)?,
+                )
+                .await?
+            }
+        },
         Some("deny") => authorize::deny(&request, &state.public_origin),
         _ => {
             return Err(PageError::BadRequest(
@@ -132,4 +179,11 @@ pub async fn decide(
         }
     };
     Ok(with_form_target(see_other(url.as_str()), target))
+}
+
+/// The sign-in behind a signed-in session.
+fn authentication(session: &Session) -> Result<authorize::Authentication, PageError> {
+    session::authentication(session).ok_or_else(|| {
+        PageError::Unexpected(anyhow::anyhow!("a signed-in session without its sign-in"))
+    })
 }

@@ -9,6 +9,7 @@ use crate::config::DeveloperSignup;
 use crate::domain::{Scope, ScopeSet};
 use crate::oauth::clients::{self, AppDetails, AppDetailsError};
 use crate::oauth::credentials::{self, CredentialKind};
+use crate::oauth::keys::IdTokenAlg;
 use crate::oauth::tokens;
 use crate::state::AppState;
 use crate::store::{App, AppUpdate, User};
@@ -204,6 +205,8 @@ struct AppPage {
     secret: Option<OnceSecret>,
     form: forms::FormState,
     authorize_example: String,
+    /// The algorithms of ID tokens (OpenID Connect), the app's one checked.
+    id_token_algs: Vec<(&'static str, bool)>,
 }
 
 pub async fn show_app(
@@ -230,7 +233,18 @@ pub async fn show_app(
             .append_pair("response_type", "code")
             .finish()
     );
+    let chosen = state
+        .store
+        .id_token_alg(&app.client_id)
+        .await?
+        .as_deref()
+        .and_then(IdTokenAlg::parse)
+        .unwrap_or(IdTokenAlg::DEFAULT);
     let template = AppPage {
+        id_token_algs: IdTokenAlg::ALL
+            .iter()
+            .map(|a| (a.as_str(), *a == chosen))
+            .collect(),
         csrf_token: session::csrf_token(&session)?,
         username: user.username,
         notice: session::take_flash(&session),
@@ -269,6 +283,39 @@ pub async fn update_app(
         .ok_or_else(|| PageError::NotFound("There is no such app among yours.".to_owned()))?;
     session::flash(&session, &format!("{} is saved.", updated.name));
     Ok(see_other(&app_path(&client_id)))
+}
+
+#[derive(serde::Deserialize)]
+pub struct IdTokenAlgForm {
+    id_token_alg: String,
+}
+
+/// The algorithm of the app's ID tokens (SPEC §10): RS256, ES256 or EdDSA.
+pub async fn set_id_token_alg(
+    Page { state, session }: Page,
+    form: PageForm<IdTokenAlgForm>,
+    PathId(client_id): PathId,
+    Developer(user): Developer,
+) -> Result<HttpResponse, PageError> {
+    let app = own_app(&state, &user, &client_id).await?;
+    let Some(alg) = form
+        .into_checked()
+        .ok()
+        .and_then(|f| IdTokenAlg::parse(&f.id_token_alg))
+    else {
+        return Err(PageError::BadRequest(
+            "Choose RS256, ES256 or EdDSA.".to_owned(),
+        ));
+    };
+    state
+        .store
+        .set_id_token_alg(&app.client_id, alg.as_str())
+        .await?;
+    session::flash(
+        &session,
+        &format!("{}'s ID tokens are now signed {}.", app.name, alg.as_str()),
+    );
+    Ok(see_other(&format!("{}#id-tokens", app_path(&client_id))))
 }
 
 /// A new client secret, shown once; the old one stops working at once.

@@ -8,6 +8,7 @@ pub mod demo;
 pub mod developer;
 pub mod forms;
 pub mod guard;
+pub mod logout;
 pub mod payments;
 pub mod reveal;
 pub mod session;
@@ -74,19 +75,34 @@ fn page_routes(cfg: &mut web::ServiceConfig) {
         get "/developer/apps/{client_id}" => developer::show_app,
         post "/developer/apps/{client_id}" => developer::update_app,
         post "/developer/apps/{client_id}/secret" => developer::rotate_secret,
+        post "/developer/apps/{client_id}/id-token-alg" => developer::set_id_token_alg,
         post "/developer/token" => developer::personal_token,
         get "/demo/callback" => demo::callback,
     }
 }
 
-/// The authorization server's page under `/v1/oauth` (startup registers it in
-/// the OAuth scope, behind the OAuth rate limit, beside `api::OAUTH_ROUTES`).
-pub const OAUTH_PAGE_ROUTES: &[(&str, &str)] = &[("get", "/authorize"), ("post", "/authorize")];
+/// The authorization server's pages under `/v1/oauth` (startup registers
+/// them in the OAuth scope, behind the OAuth rate limit, beside
+/// `api::OAUTH_ROUTES`): consent, and RP-initiated logout with its
+/// confirmation form.
+pub const OAUTH_PAGE_ROUTES: &[(&str, &str)] = &[
+    ("get", "/authorize"),
+    ("post", "/authorize"),
+    ("get", "/logout"),
+    ("post", "/logout"),
+    ("post", "/logout/confirm"),
+];
 
 /// Registers [`OAUTH_PAGE_ROUTES`], guarded like the other pages. Written out
 /// rather than with `api::routes::route_table!`, which cannot wrap a resource.
+/// One exception: `POST /logout` is an app's request, posted from the app's
+/// own page (RP-Initiated Logout 1.0 §2), so it has the page headers but not
+/// the form check; it ends a session only for an ID token hint of that very
+/// session, and asks on the confirmation page, whose form is checked.
 pub fn configure_oauth(cfg: &mut web::ServiceConfig) {
     let allow = crate::api::routes::allow_header(&["get", "post"]);
+    let allow_logout = allow.clone();
+    let allow_confirm = crate::api::routes::allow_header(&["post"]);
     cfg.service(
         web::resource("/authorize")
             .wrap(from_fn(guard::check_forms))
@@ -95,6 +111,24 @@ pub fn configure_oauth(cfg: &mut web::ServiceConfig) {
             .route(web::post().to(authorize::decide))
             .default_service(web::to(move || {
                 crate::api::routes::method_not_allowed(allow.clone())
+            })),
+    )
+    .service(
+        web::resource("/logout")
+            .wrap(from_fn(guard::page_headers))
+            .route(web::get().to(logout::request))
+            .route(web::post().to(logout::request_form))
+            .default_service(web::to(move || {
+                crate::api::routes::method_not_allowed(allow_logout.clone())
+            })),
+    )
+    .service(
+        web::resource("/logout/confirm")
+            .wrap(from_fn(guard::check_forms))
+            .wrap(from_fn(guard::page_headers))
+            .route(web::post().to(logout::confirm))
+            .default_service(web::to(move || {
+                crate::api::routes::method_not_allowed(allow_confirm.clone())
             })),
     );
 }

@@ -22,6 +22,9 @@ const SESSION_ID: &str = "sid";
 /// When the user signed in (microseconds).
 const SIGNED_IN_AT: &str = "since";
 const CSRF: &str = "csrf";
+/// When a page last asked the signed-in user to sign in again (OpenID
+/// Connect `prompt=login` and `max_age`; microseconds).
+const SIGN_IN_AGAIN: &str = "again";
 const FLASH: &str = "flash";
 
 /// How long a sign-in lasts. The cookie's own expiry is the browser's business;
@@ -124,6 +127,38 @@ pub fn sign_in(session: &Session, user_id: &str) -> Result<(), PageError> {
     session
         .insert(SIGNED_IN_AT, now_micros())
         .map_err(session_error)
+}
+
+/// The sign-in behind the session: when it happened and the session's id
+/// (OpenID Connect's `auth_time` and `sid`).
+pub fn authentication(session: &Session) -> Option<crate::oauth::authorize::Authentication> {
+    match (
+        session.get::<i64>(SIGNED_IN_AT),
+        session.get::<String>(SESSION_ID),
+    ) {
+        (Ok(Some(auth_time)), Ok(Some(session_id))) => {
+            Some(crate::oauth::authorize::Authentication {
+                auth_time,
+                session_id,
+            })
+        }
+        _ => None,
+    }
+}
+
+/// Notes that a page asks the signed-in user to sign in again now.
+pub fn ask_to_sign_in_again(session: &Session) -> Result<(), PageError> {
+    session
+        .insert(SIGN_IN_AGAIN, now_micros())
+        .map_err(session_error)
+}
+
+/// Whether the user signed in again since a page asked (the request is
+/// answered: a later one asks again).
+pub fn signed_in_again(session: &Session) -> bool {
+    let asked = session.remove_as::<i64>(SIGN_IN_AGAIN).and_then(Result::ok);
+    let since = session.get::<i64>(SIGNED_IN_AT).ok().flatten();
+    matches!((asked, since), (Some(asked), Some(since)) if since >= asked)
 }
 
 /// Ends the session here and everywhere a copy of its cookie is kept.

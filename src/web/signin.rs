@@ -25,6 +25,8 @@ pub struct SignInPage {
     pub return_to: String,
     pub error: Option<String>,
     pub app_name: Option<String>,
+    /// What the username field holds at first (OpenID Connect `login_hint`).
+    pub username: String,
 }
 
 #[derive(Deserialize)]
@@ -58,11 +60,22 @@ pub fn sign_in_page(
     return_to: String,
     app_name: Option<String>,
 ) -> Result<HttpResponse, PageError> {
+    sign_in_page_for(session, return_to, app_name, None)
+}
+
+/// The sign-in form with its username field filled in (`login_hint`).
+pub fn sign_in_page_for(
+    session: &Session,
+    return_to: String,
+    app_name: Option<String>,
+    username: Option<&str>,
+) -> Result<HttpResponse, PageError> {
     let template = SignInPage {
         csrf_token: session::csrf_token(session)?,
         return_to,
         error: session::take_flash(session),
         app_name,
+        username: username.unwrap_or("").to_owned(),
     };
     page(StatusCode::OK, &template)
 }

@@ -385,7 +385,7 @@ async fn introspection_answers_only_about_the_callers_own_tokens_unless_it_may_i
 
     assert_eq!(
         app_set(&app, &b.client_id, "--introspect-any"),
-        json!({"client_id": b.client_id, "introspect_any": true})
+        json!({"client_id": b.client_id, "introspect_any": true, "id_token_alg": "RS256"})
     );
     let info = introspect_until(&app, &b, access, true).await;
     assert_eq!(info["active"], true, "{info}");
@@ -411,7 +411,7 @@ async fn introspection_answers_only_about_the_callers_own_tokens_unless_it_may_i
 
     assert_eq!(
         app_set(&app, &b.client_id, "--no-introspect-any"),
-        json!({"client_id": b.client_id, "introspect_any": false})
+        json!({"client_id": b.client_id, "introspect_any": false, "id_token_alg": "RS256"})
     );
     assert_eq!(
         introspect_until(&app, &b, access, false).await,
@@ -432,7 +432,7 @@ async fn admin_app_set_refuses_unknown_apps_and_a_missing_setting(backend: Backe
     assert!(text.status.success(), "{}", text.stderr);
     assert_eq!(
         text.stdout.trim(),
-        format!("{}: introspect_any=true", f.client_id)
+        format!("{}: introspect_any=true id_token_alg=RS256", f.client_id)
     );
     let unknown = tally(
         &url,

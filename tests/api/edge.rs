@@ -75,8 +75,14 @@ async fn every_get_route_answers_head_with_the_get_status_and_headers_and_no_bod
         .chain(tally::api::OAUTH_ROUTES)
     {
         if *method == "get" {
-            assert_eq!(*path, "/authorize", "a GET route this test does not know");
-            targets.push((authorize.clone(), false));
+            match *path {
+                "/authorize" => targets.push((authorize.clone(), false)),
+                // OpenID Connect: the key set, and userinfo (401 here).
+                "/jwks" | "/userinfo" => targets.push((format!("/v1/oauth{path}"), false)),
+                // The confirmation page: a HEAD ends no session.
+                "/logout" => targets.push((format!("/v1/oauth{path}"), false)),
+                _ => panic!("a GET route this test does not know: {path}"),
+            }
         }
     }
     // The origin's routes and the pages; `true` where the body may change
@@ -86,6 +92,7 @@ async fn every_get_route_answers_head_with_the_get_status_and_headers_and_no_bod
         ("/readyz", false),
         ("/metrics", true),
         ("/.well-known/oauth-authorization-server", false),
+        ("/.well-known/openid-configuration", false),
         ("/static/tally.css", false),
         ("/signin", false),
         ("/signup", false),

@@ -907,7 +907,7 @@ async fn tokens_of_suspended_users_and_apps_stop_working(backend: Backend) {
     // A resource server, which learns about other apps' tokens (SPEC §6),
     // so it can ask after this app is suspended.
     let other = fixture(&app).await;
-    tally::admin::app_set(store, &other.client_id, true)
+    tally::admin::app_set(store, introspect_any(&other.client_id))
         .await
         .unwrap();
     let ask = |token: String| {
@@ -1268,7 +1268,8 @@ async fn the_metadata_document_lists_every_endpoint(backend: Backend) {
         format!("{}/v1/oauth/introspect", app.origin)
     );
     assert_eq!(body["code_challenge_methods_supported"], json!(["S256"]));
-    assert_eq!(body["scopes_supported"].as_array().unwrap().len(), 8);
+    // The Venmo scopes and OpenID Connect's openid, profile, email, phone.
+    assert_eq!(body["scopes_supported"].as_array().unwrap().len(), 12);
     // A known OAuth path with another method: JSON 405; an unknown one: JSON 404.
     for (method, path, status, code) in [
         (
@@ -1392,19 +1393,26 @@ async fn too_many_oauth_requests_from_one_address_get_429(backend: Backend) {
     }
     assert_eq!(statuses, [401, 401, 401, 429, 429]);
     assert!(retry_after.is_some());
-    // A person opening the authorize URL gets a page, not JSON.
-    let page = app
-        .http
-        .get(app.url("/v1/oauth/authorize?client_id=x&scope=access_profile"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(page.status(), 429);
-    assert!(page.headers().contains_key("retry-after"));
-    assert!(page.headers()["content-type"]
-        .to_str()
-        .unwrap()
-        .starts_with("text/html"));
+    // A person opening the authorize or logout URL (or answering the logout
+    // confirmation) gets a page, not JSON.
+    for page in [
+        app.http
+            .get(app.url("/v1/oauth/authorize?client_id=x&scope=access_profile"))
+            .send(),
+        app.http.get(app.url("/v1/oauth/logout?state=x")).send(),
+        app.http
+            .post(app.url("/v1/oauth/logout/confirm"))
+            .form(&[("decision", "sign_out")])
+            .send(),
+    ] {
+        let page = page.await.unwrap();
+        assert_eq!(page.status(), 429, "{}", page.url());
+        assert!(page.headers().contains_key("retry-after"));
+        assert!(page.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/html"));
+    }
     // Other addresses have their own allowance.
     let other = reqwest::Client::builder()
         .local_address(Some("127.0.0.4".parse().unwrap()))
@@ -1482,7 +1490,7 @@ async fn a_revocation_on_one_instance_is_seen_by_another_within_a_second() {
     let f = fixture(&app).await;
     let caller = fixture(&app).await;
     // A resource server: it learns about other apps' tokens (SPEC §6).
-    tally::admin::app_set(store.as_ref(), &caller.client_id, true)
+    tally::admin::app_set(store.as_ref(), introspect_any(&caller.client_id))
         .await
         .unwrap();
     let scopes = tally::domain::ScopeSet::parse("access_profile").unwrap();
@@ -1852,4 +1860,14 @@ async fn the_token_endpoint_sees_an_apps_suspension_and_new_secret_at_once(backe
     );
     let (status, rotated) = rotate(refresh, new_secret.to_owned()).await;
     assert_eq!(status, 200, "{rotated}");
+}
+
+/// `admin app set CLIENT_ID --introspect-any`: the app becomes a resource
+/// server (SPEC §6).
+fn introspect_any(client_id: &str) -> tally::admin::AppSet {
+    tally::admin::AppSet {
+        client_id: client_id.to_owned(),
+        introspect_any: Some(true),
+        ..Default::default()
+    }
 }

@@ -6,6 +6,7 @@ use tally::auth::password::PasswordHasher;
 
 pub const PASSWORD: &str = "correct horse battery";
 
+#[derive(Clone)]
 pub struct Fixture {
     pub user_id: String,
     pub username: String,

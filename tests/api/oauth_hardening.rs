@@ -344,8 +344,8 @@ async fn repeated_authorize_parameters_are_refused_and_unknown_ones_ignored(back
         ("scope", "access_profile"),
         ("resource", "https://a.example/"),
         ("resource", "https://b.example/"),
-        ("nonce", "1"),
-        ("nonce", "2"),
+        ("audience", "1"),
+        ("audience", "2"),
     ]);
     let consent = browser.get(&url).await;
     assert_eq!(consent.status, 200, "{}", consent.body);

@@ -10,7 +10,10 @@ on_both_backends!(
 );
 
 /// Documented routes served at the origin rather than under `/v1`.
-const ORIGIN_ROUTES: &[(&str, &str)] = &[("get", "/.well-known/oauth-authorization-server")];
+const ORIGIN_ROUTES: &[(&str, &str)] = &[
+    ("get", "/.well-known/oauth-authorization-server"),
+    ("get", "/.well-known/openid-configuration"),
+];
 
 const METHODS: [&str; 8] = [
     "get", "put", "post", "delete", "options", "head", "patch", "trace",
@@ -126,9 +129,18 @@ async fn every_documented_route_is_served_and_every_route_is_documented(backend:
 fn statuses_every_operation_answers(method: &str, path: &str) -> BTreeSet<&'static str> {
     let mut statuses = BTreeSet::new();
     match path {
-        "/openapi.json" | "/.well-known/oauth-authorization-server" => {}
+        "/openapi.json"
+        | "/.well-known/oauth-authorization-server"
+        | "/.well-known/openid-configuration" => {}
         "/oauth/authorize" if method == "get" => statuses.extend(["400", "429", "503"]),
-        "/oauth/authorize" => statuses.extend(["400", "403", "413", "415", "429", "503"]),
+        // The key set reads neither parameters nor a token.
+        "/oauth/jwks" => statuses.extend(["429", "503"]),
+        "/oauth/authorize" | "/oauth/logout/confirm" => {
+            statuses.extend(["400", "403", "413", "415", "429", "503"])
+        }
+        // RP-initiated logout reads no token; its POST is the app's form.
+        "/oauth/logout" if method == "get" => statuses.extend(["400", "429", "503"]),
+        "/oauth/logout" => statuses.extend(["400", "413", "415", "429", "503"]),
         // Token endpoints: parameters are read (400, 413, 415), clients
         // authenticated (401), the per-IP limit applies (429).
         _ if path.starts_with("/oauth/") && method == "post" => {

@@ -699,9 +699,16 @@ async fn personal_access_tokens_are_shown_once_and_revocable_from_the_account_pa
         introspect(&app, &f, &token).await,
         serde_json::json!({"active": false})
     );
-    tally::admin::app_set(app.store.as_ref(), &f.client_id, true)
-        .await
-        .unwrap();
+    tally::admin::app_set(
+        app.store.as_ref(),
+        tally::admin::AppSet {
+            client_id: f.client_id.clone(),
+            introspect_any: Some(true),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
     let active = introspect(&app, &f, &token).await;
     assert_eq!(active["active"], true);
     assert_eq!(active["client_id"], Value::Null);

@@ -17,6 +17,7 @@
 
 mod accounts;
 mod oauth;
+mod oidc;
 mod payments;
 mod users;
 

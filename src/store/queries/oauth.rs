@@ -315,18 +315,7 @@ impl OAuthStore for ThisStore {
     ) -> Result<(), StoreError> {
         let mut tx = self.write().await?;
         insert_grant(&mut tx, grant).await?;
-        sqlx::query(
-            "INSERT INTO oauth_codes (digest, grant_id, redirect_uri, code_challenge, \
-             created_at, expires_at) VALUES ($1, $2, $3, $4, $5, $6)",
-        )
-        .bind(&code.digest)
-        .bind(&grant.id)
-        .bind(&code.redirect_uri)
-        .bind(&code.code_challenge)
-        .bind(code.created_at)
-        .bind(code.expires_at)
-        .execute(&mut *tx)
-        .await?;
+        insert_code(&mut tx, &grant.id, code).await?;
         tx.commit().await?;
         Ok(())
     }
@@ -646,7 +635,27 @@ impl OAuthStore for ThisStore {
     }
 }
 
-async fn insert_grant(tx: &mut Tx, grant: &NewGrant) -> Result<(), StoreError> {
+pub(super) async fn insert_code(
+    tx: &mut Tx,
+    grant_id: &str,
+    code: &NewCode,
+) -> Result<(), StoreError> {
+    sqlx::query(
+        "INSERT INTO oauth_codes (digest, grant_id, redirect_uri, code_challenge, \
+         created_at, expires_at) VALUES ($1, $2, $3, $4, $5, $6)",
+    )
+    .bind(&code.digest)
+    .bind(grant_id)
+    .bind(&code.redirect_uri)
+    .bind(&code.code_challenge)
+    .bind(code.created_at)
+    .bind(code.expires_at)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+pub(super) async fn insert_grant(tx: &mut Tx, grant: &NewGrant) -> Result<(), StoreError> {
     sqlx::query(
         "INSERT INTO oauth_grants (id, user_id, client_id, scopes, flow, created_at) \
          VALUES ($1, $2, $3, $4, $5, $6)",

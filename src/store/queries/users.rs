@@ -197,14 +197,20 @@ impl UserStore for ThisStore {
         user_id: &str,
         profile: &crate::store::ProfileUpdate,
     ) -> Result<Option<User>, StoreError> {
-        const SQL: &str = update_user_sql!("first_name = $2, last_name = $3, about = $4");
+        // Every SET expression reads the row as it was before: the time
+        // moves only when the name (the `profile` claims) changes.
+        const SQL: &str = update_user_sql!(
+            "first_name = $2, last_name = $3, about = $4, profile_updated_at = \
+             CASE WHEN first_name <> $2 OR last_name <> $3 THEN $5 ELSE profile_updated_at END"
+        );
         let user = self
             .write_returning(
                 sqlx::query_as::<_, User>(SQL)
                     .bind(user_id)
                     .bind(&profile.first_name)
                     .bind(&profile.last_name)
-                    .bind(&profile.about),
+                    .bind(&profile.about)
+                    .bind(profile.at),
             )
             .await;
         // The token checks remember the user's row (see `TokenCache`).

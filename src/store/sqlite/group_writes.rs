@@ -166,6 +166,7 @@ fn user(row: &[Value], at: usize) -> Result<crate::store::User, StoreError> {
         suspended: column(row, c(12))?,
         balance_cents: column(row, c(13))?,
         date_joined: column(row, c(14))?,
+        profile_updated_at: column(row, c(15))?,
     })
 }
 
