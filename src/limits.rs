@@ -69,41 +69,92 @@ fn check<K: Hash + Eq + Clone>(
         .map_err(|not_until| not_until.wait_time_from(DefaultClock::default().now()))
 }
 
-/// Requests whose token is unknown, malformed or dead, per client IP (SPEC
-/// §9). Only such failures count; past the allowance a client's next token
-/// that is not known to work is refused before the store is asked, so random
-/// tokens cannot make the database read for them.
+/// Failures per key, counted only when they happen: past the allowance, the
+/// key is held back before the work it would fail at, until one cell's
+/// interval later.
 ///
 /// governor can tell how much allowance a key has left only while counting,
-/// so an IP whose last failure took its last cell is noted as spent, until
+/// so a key whose last failure took its last cell is noted as spent, until
 /// one cell's interval later (when GCRA lets at least one more through).
-/// Tokens found live lately are noted too: their owners go on while their IP
-/// is held back (a token is live or not whoever presents it, and no one
-/// guesses a live token's digest).
-pub struct BadTokens {
-    failures: DefaultKeyedRateLimiter<IpAddr, StateInformationMiddleware>,
-    /// IPs with no allowance left, each until when.
-    spent: Cache<IpAddr, Instant>,
-    /// The leading 64 bits of the digests of tokens found live lately.
-    live: Cache<u64, ()>,
+pub struct Failures<K: Hash + Eq + Clone> {
+    limiter: DefaultKeyedRateLimiter<K, StateInformationMiddleware>,
+    /// Keys with no allowance left, each until when.
+    spent: Cache<K, Instant>,
     /// How long one failure's cell takes to come back.
     cell: Duration,
 }
 
-/// IPs remembered as spent; the least used go first (such an IP then gets one
-/// more look-up before it is noted again).
+/// Keys remembered as spent; the least used go first (such a key then gets
+/// one more try before it is noted again).
 const SPENT_CAPACITY: usize = 16_384;
+
+impl<K: Hash + Eq + Clone> Failures<K> {
+    pub fn new(per_minute: NonZeroU32) -> Self {
+        let quota = Quota::per_minute(per_minute);
+        Self {
+            limiter: RateLimiter::keyed(quota).with_middleware::<StateInformationMiddleware>(),
+            spent: Cache::new(SPENT_CAPACITY),
+            cell: quota.replenish_interval(),
+        }
+    }
+
+    /// How long `key` must wait, when it has no allowance left. Counts
+    /// nothing.
+    pub fn held(&self, key: &K) -> Option<Duration> {
+        let until = self.spent.get(key)?;
+        let now = Instant::now();
+        if until <= now {
+            self.spent.remove(key);
+            return None;
+        }
+        Some(until - now)
+    }
+
+    /// Counts a failure of `key`. `Err(wait)` when it was past the allowance.
+    pub fn failed(&self, key: &K) -> Result<(), Duration> {
+        if self.limiter.len() > RETAIN_ABOVE {
+            self.limiter.retain_recent();
+        }
+        let now = Instant::now();
+        match self.limiter.check_key(key) {
+            Ok(state) => {
+                if state.remaining_burst_capacity() == 0 {
+                    self.spent.insert(key.clone(), now + self.cell);
+                }
+                Ok(())
+            }
+            Err(not_until) => {
+                let wait = not_until
+                    .wait_time_from(DefaultClock::default().now())
+                    .max(self.cell);
+                self.spent.insert(key.clone(), now + wait);
+                Err(wait)
+            }
+        }
+    }
+}
+
+/// Requests whose token is unknown, malformed or dead, per client IP (SPEC
+/// §9). Only such failures count; past the allowance a client's next token
+/// that is not known to work is refused before the store is asked, so random
+/// tokens cannot make the database read for them. Tokens found live lately
+/// are noted: their owners go on while their IP is held back (a token is
+/// live or not whoever presents it, and no one guesses a live token's
+/// digest).
+pub struct BadTokens {
+    failures: Failures<IpAddr>,
+    /// The leading 64 bits of the digests of tokens found live lately.
+    live: Cache<u64, ()>,
+}
+
 /// Live tokens remembered (8 bytes each, and the cache's own overhead).
 const LIVE_CAPACITY: usize = 65_536;
 
 impl BadTokens {
     pub fn new(per_minute: NonZeroU32) -> Self {
-        let quota = Quota::per_minute(per_minute);
         Self {
-            failures: RateLimiter::keyed(quota).with_middleware::<StateInformationMiddleware>(),
-            spent: Cache::new(SPENT_CAPACITY),
+            failures: Failures::new(per_minute),
             live: Cache::new(LIVE_CAPACITY),
-            cell: quota.replenish_interval(),
         }
     }
 
@@ -111,18 +162,11 @@ impl BadTokens {
     /// `Err(wait)` when `ip` has no allowance left and the token is not one
     /// found live lately. Counts nothing.
     pub fn admit(&self, ip: IpAddr, token_digest: &str) -> Result<(), Duration> {
-        let Some(until) = self.spent.get(&ip) else {
-            return Ok(());
-        };
-        let now = Instant::now();
-        if until <= now {
-            self.spent.remove(&ip);
-            return Ok(());
+        match self.failures.held(&ip) {
+            None => Ok(()),
+            Some(_) if self.live.get(&live_key(token_digest)).is_some() => Ok(()),
+            Some(wait) => Err(wait),
         }
-        if self.live.get(&live_key(token_digest)).is_some() {
-            return Ok(());
-        }
-        Err(until - now)
     }
 
     /// Counts a request from `ip` whose token did not work (its digest, when
@@ -131,23 +175,7 @@ impl BadTokens {
         if let Some(digest) = token_digest {
             self.live.remove(&live_key(digest));
         }
-        if self.failures.len() > RETAIN_ABOVE {
-            self.failures.retain_recent();
-        }
-        let now = Instant::now();
-        match self.failures.check_key(&ip) {
-            Ok(state) => {
-                if state.remaining_burst_capacity() == 0 {
-                    self.spent.insert(ip, now + self.cell);
-                }
-                Ok(())
-            }
-            Err(not_until) => {
-                let wait = not_until.wait_time_from(DefaultClock::default().now());
-                self.spent.insert(ip, now + wait.max(self.cell));
-                Err(wait.max(self.cell))
-            }
-        }
+        self.failures.failed(&ip)
     }
 
     /// Notes a token (by its digest) found live.
