@@ -1,7 +1,9 @@
 //! Request rate limits (SPEC §9): per token on the REST API, per client IP on the
-//! OAuth endpoints and on sign-ups, and per client IP on requests whose token
-//! does not work. Counted in each instance's memory: with several instances
-//! behind a balancer, a client may get up to that many times the limit.
+//! OAuth endpoints and on sign-ups, per client IP on requests whose token
+//! does not work, and per session and client IP on wrong user codes at
+//! `/device` (SPEC §10). Counted in each instance's memory: with several
+//! instances behind a balancer, a client may get up to that many times the
+//! limit.
 
 use governor::clock::{Clock, DefaultClock};
 use governor::middleware::StateInformationMiddleware;
@@ -17,6 +19,7 @@ pub struct RateLimits {
     oauth: DefaultKeyedRateLimiter<IpAddr>,
     signup: DefaultKeyedRateLimiter<IpAddr>,
     bad_tokens: BadTokens,
+    wrong_user_codes: WrongUserCodes,
 }
 
 /// Keys seen are forgotten once their buckets are full again, whenever this many
@@ -35,7 +38,13 @@ impl RateLimits {
             oauth: RateLimiter::keyed(Quota::per_minute(oauth_per_minute)),
             signup: RateLimiter::keyed(Quota::per_minute(signup_per_minute)),
             bad_tokens: BadTokens::new(bad_tokens_per_minute),
+            wrong_user_codes: WrongUserCodes::new(),
         }
+    }
+
+    /// The limit on wrong user codes at `/device`.
+    pub fn wrong_user_codes(&self) -> &WrongUserCodes {
+        &self.wrong_user_codes
     }
 
     /// The limit on requests whose token does not work.
@@ -184,6 +193,50 @@ impl BadTokens {
         if self.live.get(&key).is_none() {
             self.live.insert(key, ());
         }
+    }
+}
+
+/// Wrong user codes entered at `/device` a minute, per signed-in session.
+pub const WRONG_USER_CODES_PER_SESSION: u32 = 5;
+/// Wrong user codes entered at `/device` a minute, per client IP.
+pub const WRONG_USER_CODES_PER_IP: u32 = 10;
+
+/// Wrong user codes at `/device` (RFC 8628 §5.1), per browser session and per
+/// client IP: past either allowance no code is looked up, the right one
+/// included, until some allowance comes back, so user codes cannot be
+/// guessed at from many sessions or many tabs.
+pub struct WrongUserCodes {
+    by_session: Failures<String>,
+    by_ip: Failures<IpAddr>,
+}
+
+impl WrongUserCodes {
+    fn new() -> Self {
+        let per_minute = |n: u32| NonZeroU32::new(n).unwrap_or(NonZeroU32::MIN);
+        Self {
+            by_session: Failures::new(per_minute(WRONG_USER_CODES_PER_SESSION)),
+            by_ip: Failures::new(per_minute(WRONG_USER_CODES_PER_IP)),
+        }
+    }
+
+    /// Asked before a code is looked up: `Err(wait)` while the session or the
+    /// address has no allowance left. Counts nothing.
+    pub fn admit(&self, session_id: &str, ip: IpAddr) -> Result<(), Duration> {
+        let waits = [
+            self.by_session.held(&session_id.to_owned()),
+            self.by_ip.held(&ip),
+        ];
+        match waits.into_iter().flatten().max() {
+            Some(wait) => Err(wait),
+            None => Ok(()),
+        }
+    }
+
+    /// Counts a wrong code from this session and address.
+    pub fn failed(&self, session_id: &str, ip: IpAddr) {
+        // Past an allowance, `admit` holds the next attempt back.
+        let _ = self.by_session.failed(&session_id.to_owned());
+        let _ = self.by_ip.failed(&ip);
     }
 }
 
