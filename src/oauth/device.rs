@@ -100,7 +100,7 @@ pub struct DeviceAuthorization {
 }
 
 /// Stores a device's request for `scopes` of the app `client_id`.
-#[tracing::instrument(skip_all, fields(client_id))]
+#[tracing::instrument(skip_all, fields(client_id = %client_id))]
 pub async fn start(
     store: &dyn Store,
     client_id: &str,
@@ -202,6 +202,7 @@ pub struct Redeemed {
 /// A poll of the token endpoint with a device code of `client_id`: `tokens`
 /// are stored under its grant when the person allowed it, or the answer of
 /// RFC 8628 §3.5 says why not.
+#[tracing::instrument(skip_all, fields(client_id = %client_id))]
 pub(super) async fn redeem(
     store: &dyn Store,
     client_id: &str,
