@@ -1,7 +1,9 @@
 //! Request rate limits (SPEC §9): per token on the REST API, per client IP on the
-//! OAuth endpoints and on sign-ups, and per client IP on requests whose token
-//! does not work. Counted in each instance's memory: with several instances
-//! behind a balancer, a client may get up to that many times the limit.
+//! OAuth endpoints and on sign-ups, per client IP on requests whose token
+//! does not work, and per session and client IP on wrong user codes at
+//! `/device` (SPEC §10). Counted in each instance's memory: with several
+//! instances behind a balancer, a client may get up to that many times the
+//! limit.
 
 use governor::clock::{Clock, DefaultClock};
 use governor::middleware::StateInformationMiddleware;
@@ -17,6 +19,7 @@ pub struct RateLimits {
     oauth: DefaultKeyedRateLimiter<IpAddr>,
     signup: DefaultKeyedRateLimiter<IpAddr>,
     bad_tokens: BadTokens,
+    wrong_user_codes: WrongUserCodes,
 }
 
 /// Keys seen are forgotten once their buckets are full again, whenever this many
@@ -35,7 +38,13 @@ impl RateLimits {
             oauth: RateLimiter::keyed(Quota::per_minute(oauth_per_minute)),
             signup: RateLimiter::keyed(Quota::per_minute(signup_per_minute)),
             bad_tokens: BadTokens::new(bad_tokens_per_minute),
+            wrong_user_codes: WrongUserCodes::new(),
         }
+    }
+
+    /// The limit on wrong user codes at `/device`.
+    pub fn wrong_user_codes(&self) -> &WrongUserCodes {
+        &self.wrong_user_codes
     }
 
     /// The limit on requests whose token does not work.
@@ -69,41 +78,92 @@ fn check<K: Hash + Eq + Clone>(
         .map_err(|not_until| not_until.wait_time_from(DefaultClock::default().now()))
 }
 
-/// Requests whose token is unknown, malformed or dead, per client IP (SPEC
-/// §9). Only such failures count; past the allowance a client's next token
-/// that is not known to work is refused before the store is asked, so random
-/// tokens cannot make the database read for them.
+/// Failures per key, counted only when they happen: past the allowance, the
+/// key is held back before the work it would fail at, until one cell's
+/// interval later.
 ///
 /// governor can tell how much allowance a key has left only while counting,
-/// so an IP whose last failure took its last cell is noted as spent, until
+/// so a key whose last failure took its last cell is noted as spent, until
 /// one cell's interval later (when GCRA lets at least one more through).
-/// Tokens found live lately are noted too: their owners go on while their IP
-/// is held back (a token is live or not whoever presents it, and no one
-/// guesses a live token's digest).
-pub struct BadTokens {
-    failures: DefaultKeyedRateLimiter<IpAddr, StateInformationMiddleware>,
-    /// IPs with no allowance left, each until when.
-    spent: Cache<IpAddr, Instant>,
-    /// The leading 64 bits of the digests of tokens found live lately.
-    live: Cache<u64, ()>,
+pub struct Failures<K: Hash + Eq + Clone> {
+    limiter: DefaultKeyedRateLimiter<K, StateInformationMiddleware>,
+    /// Keys with no allowance left, each until when.
+    spent: Cache<K, Instant>,
     /// How long one failure's cell takes to come back.
     cell: Duration,
 }
 
-/// IPs remembered as spent; the least used go first (such an IP then gets one
-/// more look-up before it is noted again).
+/// Keys remembered as spent; the least used go first (such a key then gets
+/// one more try before it is noted again).
 const SPENT_CAPACITY: usize = 16_384;
+
+impl<K: Hash + Eq + Clone> Failures<K> {
+    pub fn new(per_minute: NonZeroU32) -> Self {
+        let quota = Quota::per_minute(per_minute);
+        Self {
+            limiter: RateLimiter::keyed(quota).with_middleware::<StateInformationMiddleware>(),
+            spent: Cache::new(SPENT_CAPACITY),
+            cell: quota.replenish_interval(),
+        }
+    }
+
+    /// How long `key` must wait, when it has no allowance left. Counts
+    /// nothing.
+    pub fn held(&self, key: &K) -> Option<Duration> {
+        let until = self.spent.get(key)?;
+        let now = Instant::now();
+        if until <= now {
+            self.spent.remove(key);
+            return None;
+        }
+        Some(until - now)
+    }
+
+    /// Counts a failure of `key`. `Err(wait)` when it was past the allowance.
+    pub fn failed(&self, key: &K) -> Result<(), Duration> {
+        if self.limiter.len() > RETAIN_ABOVE {
+            self.limiter.retain_recent();
+        }
+        let now = Instant::now();
+        match self.limiter.check_key(key) {
+            Ok(state) => {
+                if state.remaining_burst_capacity() == 0 {
+                    self.spent.insert(key.clone(), now + self.cell);
+                }
+                Ok(())
+            }
+            Err(not_until) => {
+                let wait = not_until
+                    .wait_time_from(DefaultClock::default().now())
+                    .max(self.cell);
+                self.spent.insert(key.clone(), now + wait);
+                Err(wait)
+            }
+        }
+    }
+}
+
+/// Requests whose token is unknown, malformed or dead, per client IP (SPEC
+/// §9). Only such failures count; past the allowance a client's next token
+/// that is not known to work is refused before the store is asked, so random
+/// tokens cannot make the database read for them. Tokens found live lately
+/// are noted: their owners go on while their IP is held back (a token is
+/// live or not whoever presents it, and no one guesses a live token's
+/// digest).
+pub struct BadTokens {
+    failures: Failures<IpAddr>,
+    /// The leading 64 bits of the digests of tokens found live lately.
+    live: Cache<u64, ()>,
+}
+
 /// Live tokens remembered (8 bytes each, and the cache's own overhead).
 const LIVE_CAPACITY: usize = 65_536;
 
 impl BadTokens {
     pub fn new(per_minute: NonZeroU32) -> Self {
-        let quota = Quota::per_minute(per_minute);
         Self {
-            failures: RateLimiter::keyed(quota).with_middleware::<StateInformationMiddleware>(),
-            spent: Cache::new(SPENT_CAPACITY),
+            failures: Failures::new(per_minute),
             live: Cache::new(LIVE_CAPACITY),
-            cell: quota.replenish_interval(),
         }
     }
 
@@ -111,18 +171,11 @@ impl BadTokens {
     /// `Err(wait)` when `ip` has no allowance left and the token is not one
     /// found live lately. Counts nothing.
     pub fn admit(&self, ip: IpAddr, token_digest: &str) -> Result<(), Duration> {
-        let Some(until) = self.spent.get(&ip) else {
-            return Ok(());
-        };
-        let now = Instant::now();
-        if until <= now {
-            self.spent.remove(&ip);
-            return Ok(());
+        match self.failures.held(&ip) {
+            None => Ok(()),
+            Some(_) if self.live.get(&live_key(token_digest)).is_some() => Ok(()),
+            Some(wait) => Err(wait),
         }
-        if self.live.get(&live_key(token_digest)).is_some() {
-            return Ok(());
-        }
-        Err(until - now)
     }
 
     /// Counts a request from `ip` whose token did not work (its digest, when
@@ -131,23 +184,7 @@ impl BadTokens {
         if let Some(digest) = token_digest {
             self.live.remove(&live_key(digest));
         }
-        if self.failures.len() > RETAIN_ABOVE {
-            self.failures.retain_recent();
-        }
-        let now = Instant::now();
-        match self.failures.check_key(&ip) {
-            Ok(state) => {
-                if state.remaining_burst_capacity() == 0 {
-                    self.spent.insert(ip, now + self.cell);
-                }
-                Ok(())
-            }
-            Err(not_until) => {
-                let wait = not_until.wait_time_from(DefaultClock::default().now());
-                self.spent.insert(ip, now + wait.max(self.cell));
-                Err(wait.max(self.cell))
-            }
-        }
+        self.failures.failed(&ip)
     }
 
     /// Notes a token (by its digest) found live.
@@ -156,6 +193,50 @@ impl BadTokens {
         if self.live.get(&key).is_none() {
             self.live.insert(key, ());
         }
+    }
+}
+
+/// Wrong user codes entered at `/device` a minute, per signed-in session.
+pub const WRONG_USER_CODES_PER_SESSION: u32 = 5;
+/// Wrong user codes entered at `/device` a minute, per client IP.
+pub const WRONG_USER_CODES_PER_IP: u32 = 10;
+
+/// Wrong user codes at `/device` (RFC 8628 §5.1), per browser session and per
+/// client IP: past either allowance no code is looked up, the right one
+/// included, until some allowance comes back, so user codes cannot be
+/// guessed at from many sessions or many tabs.
+pub struct WrongUserCodes {
+    by_session: Failures<String>,
+    by_ip: Failures<IpAddr>,
+}
+
+impl WrongUserCodes {
+    fn new() -> Self {
+        let per_minute = |n: u32| NonZeroU32::new(n).unwrap_or(NonZeroU32::MIN);
+        Self {
+            by_session: Failures::new(per_minute(WRONG_USER_CODES_PER_SESSION)),
+            by_ip: Failures::new(per_minute(WRONG_USER_CODES_PER_IP)),
+        }
+    }
+
+    /// Asked before a code is looked up: `Err(wait)` while the session or the
+    /// address has no allowance left. Counts nothing.
+    pub fn admit(&self, session_id: &str, ip: IpAddr) -> Result<(), Duration> {
+        let waits = [
+            self.by_session.held(&session_id.to_owned()),
+            self.by_ip.held(&ip),
+        ];
+        match waits.into_iter().flatten().max() {
+            Some(wait) => Err(wait),
+            None => Ok(()),
+        }
+    }
+
+    /// Counts a wrong code from this session and address.
+    pub fn failed(&self, session_id: &str, ip: IpAddr) {
+        // Past an allowance, `admit` holds the next attempt back.
+        let _ = self.by_session.failed(&session_id.to_owned());
+        let _ = self.by_ip.failed(&ip);
     }
 }
 

@@ -34,6 +34,9 @@ const SECRET_PARAMETERS: &[&str] = &[
     "password",
     "token",
     "state",
+    // The device grant's (RFC 8628): a user code in `/device?user_code=…`.
+    "user_code",
+    "device_code",
 ];
 
 /// The request target with the value of every credential parameter replaced, so

@@ -41,6 +41,7 @@ route_table! {
     OAUTH_ROUTES, configure_oauth,
     "/access_token" => { post => oauth::token, delete => oauth::revoke_presented },
     "/token" => { post => oauth::token },
+    "/device_authorization" => { post => oauth::device_authorization },
     "/revoke" => { post => oauth::revoke },
     "/introspect" => { post => oauth::introspection },
     "/jwks" => { get => oidc::jwks },

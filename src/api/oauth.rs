@@ -1,6 +1,7 @@
-//! The OAuth endpoints that answer JSON: token (RFC 6749 §3.2), revocation (RFC
-//! 7009), introspection (RFC 7662) and server metadata (RFC 8414). Errors follow
-//! RFC 6749 §5.2: `{"error","error_description"}`.
+//! The OAuth endpoints that answer JSON: token (RFC 6749 §3.2), device
+//! authorization (RFC 8628 §3.1), revocation (RFC 7009), introspection (RFC
+//! 7662) and server metadata (RFC 8414). Errors follow RFC 6749 §5.2:
+//! `{"error","error_description"}`.
 
 use super::params::{self, ParamValue};
 use super::principal::Principal;
@@ -8,6 +9,7 @@ use super::render::UserView;
 use super::ApiError;
 use crate::domain::{has_forbidden_control, Lines, Money, Scope, ScopeSet};
 use crate::oauth::client_auth::{self, GrantError};
+use crate::oauth::device;
 use crate::oauth::grants::{self, GrantRequest};
 use crate::oauth::tokens::introspect_for_client;
 use crate::oauth::{credentials, IntrospectError};
@@ -174,10 +176,14 @@ const TOKEN_PARAMETERS: &[&str] = &[
     "redirect_uri",
     "code_verifier",
     "refresh_token",
+    "device_code",
     "scope",
     "client_id",
     "client_secret",
 ];
+
+/// The parameters the device authorization endpoint reads.
+const DEVICE_AUTHORIZATION_PARAMETERS: &[&str] = &["scope", "client_id", "client_secret"];
 
 /// The parameters revocation and introspection read; any other is ignored.
 const TOKEN_CHECK_PARAMETERS: &[&str] = &["token", "token_type_hint", "client_id", "client_secret"];
@@ -375,6 +381,10 @@ pub async fn token(
     let refresh_token = text(&params, "refresh_token")?;
     // Old clients leave grant_type out; the parameters tell which grant it is.
     let request = match (grant_type.as_deref(), code, refresh_token) {
+        (Some(device::GRANT_TYPE), _, _) => GrantRequest::DeviceCode {
+            device_code: text(&params, "device_code")?
+                .ok_or_else(|| OAuthError::invalid_request("device_code is required"))?,
+        },
         (Some("authorization_code") | None, Some(code), None) => GrantRequest::AuthorizationCode {
             code,
             redirect_uri: text(&params, "redirect_uri")?,
@@ -442,6 +452,40 @@ pub async fn token(
         user: UserView::from(&issued.user),
     };
     Ok(uncached(body))
+}
+
+#[derive(Serialize)]
+struct DeviceAuthorizationResponse {
+    device_code: String,
+    user_code: String,
+    verification_uri: String,
+    verification_uri_complete: String,
+    expires_in: u64,
+    interval: i64,
+}
+
+/// `POST /oauth/device_authorization` (RFC 8628 §3.1): a device asks for a
+/// device code and a user code, for scopes read as at authorize.
+pub async fn device_authorization(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    payload: web::Payload,
+) -> Result<HttpResponse, OAuthError> {
+    let params = read_params(&req, payload, DEVICE_AUTHORIZATION_PARAMETERS).await?;
+    let app = authenticate_client(&req, &state, &params).await?;
+    let scopes = ScopeSet::parse(&text(&params, "scope")?.unwrap_or_default())
+        .map_err(|e| GrantError::InvalidScope(e.to_string()))?;
+    let started = device::start(state.store.as_ref(), &app.client_id, &scopes).await?;
+    let verification_uri = format!("{}/device", state.public_origin);
+    let user_code = started.user_code.to_string();
+    Ok(uncached(DeviceAuthorizationResponse {
+        device_code: started.device_code.expose().to_owned(),
+        verification_uri_complete: format!("{verification_uri}?user_code={user_code}"),
+        verification_uri,
+        user_code,
+        expires_in: started.expires_in.as_secs(),
+        interval: started.interval_secs,
+    }))
 }
 
 /// `POST /oauth/revoke` (RFC 7009): the app revokes one of its own tokens. The
@@ -566,10 +610,13 @@ pub fn server_metadata(origin: &str) -> serde_json::Value {
         "end_session_endpoint": format!("{oauth}/logout"),
         "revocation_endpoint": format!("{oauth}/revoke"),
         "introspection_endpoint": format!("{oauth}/introspect"),
+        "device_authorization_endpoint": format!("{oauth}/device_authorization"),
         "scopes_supported": scopes,
         "response_types_supported": ["code", "token"],
         "response_modes_supported": ["query"],
-        "grant_types_supported": ["authorization_code", "refresh_token", "implicit"],
+        "grant_types_supported": [
+            "authorization_code", "refresh_token", "implicit", device::GRANT_TYPE,
+        ],
         "subject_types_supported": ["public"],
         "id_token_signing_alg_values_supported": algs,
         "claims_supported": [

@@ -16,8 +16,22 @@ pub enum GrantError {
     InvalidGrant(String),
     #[error("{0}")]
     InvalidScope(String),
-    #[error("grant_type must be authorization_code or refresh_token")]
+    #[error(
+        "grant_type must be authorization_code, refresh_token or \
+         urn:ietf:params:oauth:grant-type:device_code"
+    )]
     UnsupportedGrantType,
+    /// RFC 8628 §3.5: nobody has answered at `/device` yet.
+    #[error("the person has not answered yet; poll again after the interval")]
+    AuthorizationPending,
+    /// RFC 8628 §3.5: polled sooner than the interval; the new interval.
+    #[error("polled sooner than the interval: poll every {0} seconds from now on")]
+    SlowDown(i64),
+    #[error("{0}")]
+    AccessDenied(String),
+    /// RFC 8628 §3.5: the device code is past its lifetime.
+    #[error("the device code has expired; ask for a new one")]
+    ExpiredToken,
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -30,6 +44,10 @@ impl GrantError {
             Self::InvalidGrant(_) => "invalid_grant",
             Self::InvalidScope(_) => "invalid_scope",
             Self::UnsupportedGrantType => "unsupported_grant_type",
+            Self::AuthorizationPending => "authorization_pending",
+            Self::SlowDown(_) => "slow_down",
+            Self::AccessDenied(_) => "access_denied",
+            Self::ExpiredToken => "expired_token",
             Self::Store(_) => "server_error",
         }
     }

@@ -12,16 +12,19 @@ pub enum CredentialKind {
     AccessToken,
     RefreshToken,
     AuthorizationCode,
+    /// A device's credential in the device grant (RFC 8628).
+    DeviceCode,
     ClientSecret,
 }
 
 /// The kinds whose credentials lead with their issue time (see `digest`):
 /// tokens and codes, which are made and looked up often. Client secrets are
 /// made rarely and checked against the app's row.
-const KINDS_WITH_ISSUE_TIME: [CredentialKind; 3] = [
+const KINDS_WITH_ISSUE_TIME: [CredentialKind; 4] = [
     CredentialKind::AccessToken,
     CredentialKind::RefreshToken,
     CredentialKind::AuthorizationCode,
+    CredentialKind::DeviceCode,
 ];
 
 impl CredentialKind {
@@ -30,6 +33,7 @@ impl CredentialKind {
             Self::AccessToken => "tly_at_",
             Self::RefreshToken => "tly_rt_",
             Self::AuthorizationCode => "tly_code_",
+            Self::DeviceCode => "tly_device_",
             Self::ClientSecret => "tly_secret_",
         }
     }

@@ -1,5 +1,6 @@
-//! The token endpoint's grants (RFC 6749 §4.1.3, §6; RFC 7636 §4.6): client
-//! authentication, code exchange and refresh-token rotation.
+//! The token endpoint's grants (RFC 6749 §4.1.3, §6; RFC 7636 §4.6; RFC 8628
+//! §3.4): client authentication, code exchange, refresh-token rotation and
+//! device codes.
 
 use super::client_auth::GrantError;
 use super::credentials::{self, IssuedCredential};
@@ -26,6 +27,8 @@ pub enum GrantRequest {
         /// access token carries exactly these scopes (the answer's `scope`).
         scope: Option<ScopeSet>,
     },
+    /// RFC 8628 §3.4: a device's poll.
+    DeviceCode { device_code: String },
 }
 
 /// What a successful grant hands out.
@@ -144,8 +147,20 @@ pub async fn exchange(
                 }
             }
         }
+        GrantRequest::DeviceCode { device_code } => {
+            let redeemed = super::device::redeem(
+                store,
+                &app.client_id,
+                &device_code,
+                now,
+                &[access_row, refresh_row],
+            )
+            .await?;
+            (redeemed.user_id, redeemed.scopes, None, redeemed.grant_id)
+        }
     };
-    // A rotation read the user with the grant; a code exchange reads it now.
+    // A rotation read the user with the grant; a code exchange (or a device
+    // code's) reads it now.
     let user = match user {
         Some(user) => user,
         None => store

@@ -6,6 +6,7 @@ pub mod authorize;
 pub mod client_auth;
 pub mod clients;
 pub mod credentials;
+pub mod device;
 pub mod grants;
 pub mod id_token;
 pub mod introspection_cache;

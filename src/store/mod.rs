@@ -3,6 +3,7 @@
 //! SQLite and for PostgreSQL. Every method is one transaction.
 
 mod batch_queue;
+mod device;
 mod error;
 mod models;
 mod oauth;
@@ -17,6 +18,10 @@ mod traits;
 pub(crate) mod user_reads;
 mod verification;
 
+pub use device::{
+    DeviceCodeRow, DeviceDecide, DevicePoll, DeviceRefusal, DeviceStatus, DeviceStep,
+    NewDeviceCode, PendingDeviceCode,
+};
 pub use error::StoreError;
 pub use models::{
     accounts, AccountBalance, App, AppUpdate, AuditChunk, AuditPayment, AuditSnapshot, EntryKind,
@@ -35,7 +40,9 @@ pub use payments::{
 };
 pub use postgres::PgStore;
 pub use sqlite::{SqliteStore, PAGE_LIMIT_FILE_VARIABLE as SQLITE_PAGE_LIMIT_FILE_VARIABLE};
-pub use traits::{AccountStore, Claimant, OAuthStore, PaymentStore, Store, UserKey, UserStore};
+pub use traits::{
+    AccountStore, Claimant, DeviceStore, OAuthStore, PaymentStore, Store, UserKey, UserStore,
+};
 pub use verification::{Channel, NewVerification, SendCount, SendLimits};
 
 use crate::config::DatabaseUrl;

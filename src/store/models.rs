@@ -216,7 +216,7 @@ pub struct PaymentEntrySum {
 /// retention worker deletes them (SPEC §9).
 #[derive(Debug, Clone, Copy)]
 pub struct Retention {
-    /// Codes that expired or were used before this.
+    /// Codes (authorization and device codes) that expired or were used before this.
     pub codes_before: i64,
     /// Sign-in failures recorded before this.
     pub signin_failures_before: i64,
@@ -264,6 +264,7 @@ macro_rules! decoded_from_text {
 }
 
 decoded_from_text!(
+    super::DeviceStatus,
     Audience,
     Medium,
     PaymentAction,

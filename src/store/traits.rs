@@ -12,6 +12,7 @@ use super::{
     SigninDecision, StoreError, StoredIdempotencyKey, TokenRecord, Transition, TransitionOutcome,
     User, UserFlags, UserSearch,
 };
+use super::{DeviceDecide, DevicePoll, NewDeviceCode, NewOidcGrant, PendingDeviceCode};
 use async_trait::async_trait;
 
 /// How a user is looked up.
@@ -35,7 +36,15 @@ pub struct Claimant<'a> {
 /// Everything the service stores, and the database itself.
 #[async_trait]
 pub trait Store:
-    UserStore + AccountStore + OAuthStore + OidcStore + PaymentStore + Send + Sync + 'static
+    UserStore
+    + AccountStore
+    + OAuthStore
+    + OidcStore
+    + DeviceStore
+    + PaymentStore
+    + Send
+    + Sync
+    + 'static
 {
     /// Which backend this is, for logs and tests.
     fn backend(&self) -> &'static str;
@@ -358,6 +367,49 @@ pub trait OAuthStore: Send + Sync {
         now: i64,
         stale_before: i64,
     ) -> Result<(), StoreError>;
+}
+
+/// The device authorization grant (RFC 8628): a device's request, the
+/// person's answer at `/device`, and the poll that spends it.
+#[async_trait]
+pub trait DeviceStore: Send + Sync {
+    /// Stores a device's request; `false` (nothing stored) when its user code
+    /// is taken.
+    async fn insert_device_code(&self, code: &NewDeviceCode) -> Result<bool, StoreError>;
+
+    /// The request a user code names, with its app, if it is pending and
+    /// unexpired at `now`.
+    async fn pending_device_code(
+        &self,
+        user_code_digest: &str,
+        now: i64,
+    ) -> Result<Option<PendingDeviceCode>, StoreError>;
+
+    /// The person allowed: stores `grant` (with `oidc`, the sign-in behind
+    /// it, when given), the consent, and the request's answer, in one
+    /// transaction, if the request is still pending and unexpired at the
+    /// grant's creation and asks for the grant's app and scopes (what the
+    /// person was shown). Whether it was.
+    async fn allow_device_code(
+        &self,
+        user_code_digest: &str,
+        grant: &NewGrant,
+        oidc: Option<&NewOidcGrant>,
+    ) -> Result<bool, StoreError>;
+
+    /// The person denied: whether the request was pending and unexpired.
+    async fn deny_device_code(&self, user_code_digest: &str, now: i64) -> Result<bool, StoreError>;
+
+    /// A poll by the presenting app: reads its device code, asks `decide`
+    /// what to do and does it (spending the code and storing `tokens` under
+    /// its grant when it is `Issue`), in one transaction, so of simultaneous
+    /// polls exactly one gets the tokens.
+    async fn poll_device_code(
+        &self,
+        code: Presented<'_>,
+        decide: DeviceDecide<'_>,
+        tokens: &[NewToken],
+    ) -> Result<DevicePoll, StoreError>;
 }
 
 /// Payments, their refunds and idempotency keys, and the money around them:

@@ -13,17 +13,22 @@ use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
 use askama::Template;
 
+/// The consent page, of an authorization request or (with `device_code`) of
+/// a device's request entered at `/device`.
 #[derive(Template)]
 #[template(path = "consent.html")]
-struct ConsentPage {
-    csrf_token: String,
-    username: String,
-    app_name: String,
-    app_description: String,
-    site_url: Option<String>,
-    scopes: Vec<(&'static str, &'static str)>,
-    redirect_origin: String,
-    hidden: Vec<(&'static str, String)>,
+pub(super) struct ConsentPage {
+    pub(super) csrf_token: String,
+    pub(super) username: String,
+    pub(super) app_name: String,
+    pub(super) app_description: String,
+    pub(super) site_url: Option<String>,
+    pub(super) scopes: Vec<(&'static str, &'static str)>,
+    pub(super) redirect_origin: String,
+    pub(super) hidden: Vec<(&'static str, String)>,
+    /// A device asks (RFC 8628): its user code, for the person to compare
+    /// with the one the device shows. The form then answers `/device/consent`.
+    pub(super) device_code: Option<String>,
 }
 
 /// The origin a redirect goes to, for the consent page's `form-action`.
@@ -132,6 +137,7 @@ pub async fn show(
             .collect(),
         redirect_origin: redirect_origin(&request),
         hidden: request.form_fields(),
+        device_code: None,
     };
     Ok(with_form_target(
         page(StatusCode::OK, &template)?,

@@ -6,6 +6,7 @@ pub mod account;
 pub mod authorize;
 pub mod demo;
 pub mod developer;
+pub mod device;
 pub mod forms;
 pub mod guard;
 pub mod logout;
@@ -78,6 +79,10 @@ fn page_routes(cfg: &mut web::ServiceConfig) {
         post "/developer/apps/{client_id}/id-token-alg" => developer::set_id_token_alg,
         post "/developer/token" => developer::personal_token,
         get "/demo/callback" => demo::callback,
+        get "/device" => device::show,
+        post "/device" => device::enter,
+        get "/device/consent" => device::consent,
+        post "/device/consent" => device::decide,
     }
 }
 

@@ -341,7 +341,7 @@ async fn a_body_that_arrives_in_pieces_within_the_deadline_is_served(backend: Ba
 }
 
 /// The series of `/metrics`: each sample's name and labels, without its value.
-async fn series(app: &TestApp) -> BTreeSet<String> {
+pub(crate) async fn series(app: &TestApp) -> BTreeSet<String> {
     let text = app
         .http
         .get(app.url("/metrics"))

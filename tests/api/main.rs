@@ -13,6 +13,7 @@ mod abuse_limits;
 mod cli;
 mod concurrency;
 mod config;
+mod device_grant;
 mod edge;
 mod edge_bounds;
 mod fair_hashing;

@@ -1267,6 +1267,19 @@ async fn the_metadata_document_lists_every_endpoint(backend: Backend) {
         body["introspection_endpoint"],
         format!("{}/v1/oauth/introspect", app.origin)
     );
+    assert_eq!(
+        body["device_authorization_endpoint"],
+        format!("{}/v1/oauth/device_authorization", app.origin)
+    );
+    assert_eq!(
+        body["grant_types_supported"],
+        json!([
+            "authorization_code",
+            "refresh_token",
+            "implicit",
+            "urn:ietf:params:oauth:grant-type:device_code"
+        ])
+    );
     assert_eq!(body["code_challenge_methods_supported"], json!(["S256"]));
     // The Venmo scopes and OpenID Connect's openid, profile, email, phone.
     assert_eq!(body["scopes_supported"].as_array().unwrap().len(), 12);

@@ -435,6 +435,7 @@ async fn the_discovery_document_names_one_issuer_and_only_endpoints_that_exist(b
         };
         named += 1;
         let status = if field == "token_endpoint"
+            || field == "device_authorization_endpoint"
             || field.starts_with("revocation")
             || field.starts_with("introspection")
         {
@@ -445,9 +446,18 @@ async fn the_discovery_document_names_one_issuer_and_only_endpoints_that_exist(b
         assert_ne!(status, 404, "{field} {url}");
         assert_ne!(status, 405, "{field} {url}");
     }
-    assert_eq!(named, 7);
+    assert_eq!(named, 8);
     assert_eq!(discovery["end_session_endpoint"], format!("{oauth}/logout"));
-    assert!(discovery.get("device_authorization_endpoint").is_none());
+    assert_eq!(
+        discovery["device_authorization_endpoint"],
+        format!("{oauth}/device_authorization")
+    );
+    assert!(discovery["grant_types_supported"]
+        .as_array()
+        .unwrap()
+        .contains(&serde_json::json!(
+            "urn:ietf:params:oauth:grant-type:device_code"
+        )));
 }
 
 async fn the_developer_tab_chooses_an_apps_id_token_algorithm(backend: Backend) {

@@ -23,7 +23,7 @@ fn first_existing(candidates: &[&str]) -> Option<PathBuf> {
 }
 
 /// chromedriver on a free port of 127.0.0.1, killed when dropped.
-struct ChromeDriver {
+pub(crate) struct ChromeDriver {
     child: Child,
     url: String,
     chromium: PathBuf,
@@ -32,7 +32,7 @@ struct ChromeDriver {
 
 impl ChromeDriver {
     /// `None` (after printing `SKIPPED`) when the browser is missing outside CI.
-    async fn start() -> Option<Self> {
+    pub(crate) async fn start() -> Option<Self> {
         let (Some(chromium), Some(driver)) =
             (first_existing(CHROMIUM), first_existing(CHROMEDRIVER))
         else {
@@ -71,7 +71,7 @@ impl ChromeDriver {
         })
     }
 
-    async fn browser(&self) -> Client {
+    pub(crate) async fn browser(&self) -> Client {
         let mut capabilities = serde_json::Map::new();
         capabilities.insert(
             "goog:chromeOptions".to_owned(),
@@ -114,28 +114,28 @@ impl Drop for ChromeDriver {
 }
 
 /// Drives one browser through the pages, saving screenshots as it goes.
-struct Person {
-    client: Client,
-    origin: String,
-    shots: PathBuf,
-    taken: usize,
+pub(crate) struct Person {
+    pub(crate) client: Client,
+    pub(crate) origin: String,
+    pub(crate) shots: PathBuf,
+    pub(crate) taken: usize,
 }
 
 impl Person {
-    async fn open(&self, path: &str) {
+    pub(crate) async fn open(&self, path: &str) {
         self.client
             .goto(&format!("{}{path}", self.origin))
             .await
             .unwrap();
     }
 
-    async fn fill(&self, id: &str, value: &str) {
+    pub(crate) async fn fill(&self, id: &str, value: &str) {
         let field = self.client.find(Locator::Id(id)).await.unwrap();
         field.clear().await.unwrap();
         field.send_keys(value).await.unwrap();
     }
 
-    async fn click(&self, css: &str) {
+    pub(crate) async fn click(&self, css: &str) {
         self.client
             .find(Locator::Css(css))
             .await
@@ -145,7 +145,7 @@ impl Person {
             .unwrap();
     }
 
-    async fn text(&self) -> String {
+    pub(crate) async fn text(&self) -> String {
         let body = self
             .client
             .wait()
@@ -157,7 +157,7 @@ impl Person {
     }
 
     /// Waits for the page (which may still be loading after a click) to say `needle`.
-    async fn sees(&self, needle: &str) -> bool {
+    pub(crate) async fn sees(&self, needle: &str) -> bool {
         for _ in 0..100 {
             if self.text().await.contains(needle) {
                 return true;
@@ -168,7 +168,7 @@ impl Person {
         false
     }
 
-    async fn text_of(&self, id: &str) -> String {
+    pub(crate) async fn text_of(&self, id: &str) -> String {
         self.client
             .find(Locator::Id(id))
             .await
@@ -180,12 +180,12 @@ impl Person {
             .to_owned()
     }
 
-    async fn path(&self) -> String {
+    pub(crate) async fn path(&self) -> String {
         self.client.current_url().await.unwrap().path().to_owned()
     }
 
     /// Saves a screenshot and checks the page fits a phone's width.
-    async fn look(&mut self, name: &str) {
+    pub(crate) async fn look(&mut self, name: &str) {
         self.taken += 1;
         let png = self.client.screenshot().await.unwrap();
         let file = self.shots.join(format!("{:02}-{name}.png", self.taken));

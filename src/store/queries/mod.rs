@@ -16,6 +16,7 @@
 //! name.
 
 mod accounts;
+mod device;
 mod oauth;
 mod oidc;
 mod payments;
@@ -262,12 +263,17 @@ impl Store for ThisStore {
     async fn purge(&self, r: &crate::store::Retention) -> Result<u64, StoreError> {
         // Nothing references codes, tokens or the other rows deleted
         // here (grants stay, and payments do not point at their keys).
-        let statements: [(&str, i64); 10] = [
+        let statements: [(&str, i64); 11] = [
             (
                 "DELETE FROM oauth_codes WHERE expires_at < $1",
                 r.codes_before,
             ),
             ("DELETE FROM oauth_codes WHERE used_at < $1", r.codes_before),
+            // A device code is used, if at all, before it expires.
+            (
+                "DELETE FROM device_codes WHERE expires_at < $1",
+                r.codes_before,
+            ),
             (
                 "DELETE FROM oauth_tokens WHERE expires_at < $1",
                 r.tokens_before,

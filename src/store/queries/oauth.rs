@@ -671,7 +671,11 @@ pub(super) async fn insert_grant(tx: &mut Tx, grant: &NewGrant) -> Result<(), St
     Ok(())
 }
 
-async fn insert_token(tx: &mut Tx, grant_id: &str, token: &NewToken) -> Result<(), StoreError> {
+pub(super) async fn insert_token(
+    tx: &mut Tx,
+    grant_id: &str,
+    token: &NewToken,
+) -> Result<(), StoreError> {
     sqlx::query(
         "INSERT INTO oauth_tokens (digest, grant_id, kind, created_at, expires_at, scopes) \
          VALUES ($1, $2, $3, $4, $5, $6)",
@@ -688,7 +692,7 @@ async fn insert_token(tx: &mut Tx, grant_id: &str, token: &NewToken) -> Result<(
 }
 
 /// Revokes a grant and its live tokens; how many rows that changed.
-async fn revoke_grant(tx: &mut Tx, grant_id: &str, now: i64) -> Result<u64, StoreError> {
+pub(super) async fn revoke_grant(tx: &mut Tx, grant_id: &str, now: i64) -> Result<u64, StoreError> {
     let grants =
         sqlx::query("UPDATE oauth_grants SET revoked_at = $2 WHERE id = $1 AND revoked_at IS NULL")
             .bind(grant_id)

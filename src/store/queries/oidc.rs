@@ -1,6 +1,6 @@
 //! The OpenID Connect provider's state: signing keys and apps' choices.
 
-use super::{Connections, ThisStore};
+use super::{Connections, ThisStore, Tx};
 use crate::store::{
     NewCode, NewGrant, NewOidcGrant, OidcGrant, OidcStore, SigningKeyRow, StoreError,
 };
@@ -79,18 +79,7 @@ impl OidcStore for ThisStore {
         let mut tx = self.write().await?;
         super::oauth::insert_grant(&mut tx, grant).await?;
         super::oauth::insert_code(&mut tx, &grant.id, code).await?;
-        sqlx::query(
-            "INSERT INTO oidc_grants (grant_id, auth_time, sid, nonce, acr, amr) \
-             VALUES ($1, $2, $3, $4, $5, $6)",
-        )
-        .bind(&grant.id)
-        .bind(oidc.auth_time)
-        .bind(&oidc.sid)
-        .bind(&oidc.nonce)
-        .bind(&oidc.acr)
-        .bind(&oidc.amr)
-        .execute(&mut *tx)
-        .await?;
+        insert_oidc_grant(&mut tx, &grant.id, oidc).await?;
         tx.commit().await?;
         Ok(())
     }
@@ -107,4 +96,25 @@ impl OidcStore for ThisStore {
         .fetch_optional(&mut *self.lease().await?)
         .await?)
     }
+}
+
+/// Records the OpenID Connect authentication behind a grant.
+pub(super) async fn insert_oidc_grant(
+    tx: &mut Tx,
+    grant_id: &str,
+    oidc: &NewOidcGrant,
+) -> Result<(), StoreError> {
+    sqlx::query(
+        "INSERT INTO oidc_grants (grant_id, auth_time, sid, nonce, acr, amr) \
+         VALUES ($1, $2, $3, $4, $5, $6)",
+    )
+    .bind(grant_id)
+    .bind(oidc.auth_time)
+    .bind(&oidc.sid)
+    .bind(&oidc.nonce)
+    .bind(&oidc.acr)
+    .bind(&oidc.amr)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
 }
