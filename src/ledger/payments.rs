@@ -642,27 +642,36 @@ async fn process_round(
             if let Some(suppressed) = crate::log_throttle::admit(&cause) {
                 tracing::error!(error = ?error, suppressed, "cannot settle a batch; settling one by one");
             }
-            for payment in to_settle {
-                done += apply_due(store, settlement(payment, now)).await?;
+            for settlement in &settlements {
+                done += settle_alone(store, settlement, now).await?;
             }
         }
     }
     Ok(done)
 }
 
-/// A pay to an account settling on its own (what a batch does for each).
-fn settlement(payment: &Payment, now: i64) -> Transition {
-    let mut t = base(payment, PaymentStatus::Settled, EntryKind::Settle, now);
-    if let Some(target) = &payment.target_user_id {
-        t.moves.push(Move {
-            from: accounts::HELD.to_owned(),
-            to: target.clone(),
-            cents: payment.amount_cents,
-        });
-        // Suspended since the worker looked: the next round fails it.
-        t.only_if_active = Some(target.clone());
+/// Settles one due pay by the store's one settlement (a batch of one), as a
+/// batch does for each; 1 if it settled. Only an unreachable database is an
+/// error, as in [`apply_due`].
+async fn settle_alone(
+    store: &dyn Store,
+    settlement: &Settlement,
+    now: i64,
+) -> Result<usize, StoreError> {
+    match store
+        .settle_payments(std::slice::from_ref(settlement), now)
+        .await
+    {
+        Ok(settled) => Ok(settled.len()),
+        Err(StoreError::Unavailable(e)) => Err(StoreError::Unavailable(e)),
+        Err(error) => {
+            let cause = format!("cannot move a due payment: {error}");
+            if let Some(suppressed) = crate::log_throttle::admit(&cause) {
+                tracing::error!(payment_id = %settlement.payment_id, error = ?error, suppressed, "cannot move a due payment");
+            }
+            Ok(0)
+        }
     }
-    t
 }
 
 /// Applies one due payment's transition; 1 if it moved. Only an unreachable

@@ -37,6 +37,7 @@ on_both_backends!(
     pays_made_at_once_each_move_their_own_money_or_none,
     a_pay_that_fails_its_batch_fails_alone,
     every_way_a_payment_settles_writes_the_ledger_rows_the_audit_expects,
+    a_pay_that_cannot_settle_leaves_the_others_of_its_round_settled,
 );
 
 fn presented<'a>(digest: &'a str, client_id: &'a str, now: i64) -> Presented<'a> {
@@ -1545,6 +1546,71 @@ async fn every_way_a_payment_settles_writes_the_ledger_rows_the_audit_expects(ba
     assert_eq!(balance_of(store.as_ref(), &ann.id).await, 2000 - 1200 + 300);
     assert_eq!(balance_of(store.as_ref(), &bob.id).await, 800);
     assert_eq!(balance_of(store.as_ref(), &cy.id).await, 1000 + 400 - 300);
+    assert_audit_ok(store.as_ref()).await;
+}
+
+/// A round that cannot be settled whole (here a trigger refuses one pay's
+/// `settle` entries, so the round's write fails, and then the batch's) is
+/// settled a pay at a time by the same settlement: the others settle, the
+/// refused pay stays pending with its money held, and the audit finds the
+/// ledger whole.
+async fn a_pay_that_cannot_settle_leaves_the_others_of_its_round_settled(backend: Backend) {
+    let Some((db, store)) = store_for(backend).await else {
+        return;
+    };
+    let users = ann_with_twenty_bob_and_cy(store.as_ref()).await;
+    let (ann, bob, cy) = (&users[0], &users[1], &users[2]);
+    let to = |user: &tally::store::User| ledger::payments::TargetAddress::UserId(user.id.clone());
+    let first = pay_four(store.as_ref(), ann, to(bob)).await.payment;
+    let refused = pay_four(store.as_ref(), ann, to(cy)).await.payment;
+    let last = pay_four(store.as_ref(), ann, to(bob)).await.payment;
+    match backend {
+        Backend::Sqlite => {
+            tamper(
+                &db,
+                &format!(
+                    "CREATE TRIGGER refuse_settle BEFORE INSERT ON ledger_entries \
+                     WHEN NEW.kind = 'settle' AND NEW.payment_id = '{}' \
+                     BEGIN SELECT RAISE(ABORT, 'refused'); END",
+                    refused.id
+                ),
+            )
+            .await
+        }
+        Backend::Postgres => {
+            tamper(
+                &db,
+                &format!(
+                    "CREATE FUNCTION refuse_settle() RETURNS trigger LANGUAGE plpgsql AS $$ \
+                     BEGIN IF NEW.kind = 'settle' AND NEW.payment_id = '{}' THEN \
+                     RAISE EXCEPTION 'refused'; END IF; RETURN NEW; END $$",
+                    refused.id
+                ),
+            )
+            .await;
+            tamper(
+                &db,
+                "CREATE TRIGGER refuse_settle BEFORE INSERT ON ledger_entries \
+                 FOR EACH ROW EXECUTE FUNCTION refuse_settle()",
+            )
+            .await
+        }
+    }
+    run_workers_once(store.as_ref()).await;
+    let ids = [&first, &refused, &last].map(|p| p.id.clone());
+    let statuses: std::collections::HashMap<String, PaymentStatus> = store
+        .find_payments(&ids)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|p| (p.id, p.status))
+        .collect();
+    assert_eq!(statuses[&first.id], PaymentStatus::Settled);
+    assert_eq!(statuses[&last.id], PaymentStatus::Settled);
+    assert_eq!(statuses[&refused.id], PaymentStatus::Pending);
+    assert_eq!(balance_of(store.as_ref(), &bob.id).await, 800);
+    assert_eq!(balance_of(store.as_ref(), &cy.id).await, 0);
+    assert_eq!(balance_of(store.as_ref(), &ann.id).await, 2000 - 1200);
     assert_audit_ok(store.as_ref()).await;
 }
 

@@ -205,7 +205,10 @@ pub(super) fn settlement_of_due(settle_by: i64, at: i64, limit: i64) -> GroupWri
     })
 }
 
-/// Each still pending pay whose target account is not suspended becomes
+/// The one settlement on SQLite: every path that settles a pay comes here
+/// (`settle_payments`, with a round the workers read or, should that fail,
+/// one pay at a time; `settle_due`, with what it finds due). Each still
+/// pending pay whose target account is not suspended becomes
 /// settled, each target is credited once with the sum of its pays, and each
 /// pay gets its two `settle` entries from `@held`. One prepared statement per
 /// row instead of statements as long as the round, which would be prepared
