@@ -3,7 +3,7 @@
 //! 'pending'`) in the same transaction as the money it moves, so a payment
 //! changes state exactly once however many instances race for it.
 
-use super::{EntryKind, Movement};
+use super::{EntryKind, Move, Movement};
 use crate::domain::{Audience, Medium, PaymentAction, PaymentKind, PaymentStatus, TargetType};
 
 macro_rules! payment_columns {
@@ -406,15 +406,6 @@ pub enum InsertOutcome {
     },
     /// The key was used before with other parameters.
     KeyConflict,
-}
-
-/// `cents` going from one ledger account to another (a user id or an `@` system
-/// account). A user account is debited only if its balance covers it.
-#[derive(Debug, Clone)]
-pub struct Move {
-    pub from: String,
-    pub to: String,
-    pub cents: i64,
 }
 
 /// A pending payment reaching a new status, with the money that moves with it.

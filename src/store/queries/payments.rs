@@ -192,6 +192,7 @@ impl ThisStore {
         at: i64,
         m: &crate::store::Move,
     ) -> Result<(), StoreError> {
+        let [(from, out), (to, into)] = m.entries();
         sqlx::query(
             "INSERT INTO ledger_entries \
              (movement_id, kind, account, amount_cents, payment_id, created_at) \
@@ -199,12 +200,12 @@ impl ThisStore {
         )
         .bind(movement_id)
         .bind(kind.as_str())
-        .bind(&m.from)
-        .bind(-m.cents)
+        .bind(from)
+        .bind(out)
         .bind(payment_id)
         .bind(at)
-        .bind(&m.to)
-        .bind(m.cents)
+        .bind(to)
+        .bind(into)
         .execute(&mut **tx)
         .await?;
         Ok(())
@@ -218,12 +219,11 @@ impl ThisStore {
         moves: &[crate::store::Move],
     ) -> Result<bool, StoreError> {
         let mut net: std::collections::BTreeMap<&str, i64> = Default::default();
-        for m in moves {
-            *net.entry(m.from.as_str()).or_default() -= m.cents;
-            *net.entry(m.to.as_str()).or_default() += m.cents;
+        for (account, cents) in moves.iter().flat_map(crate::store::Move::entries) {
+            *net.entry(account).or_default() += cents;
         }
         for (account, delta) in net {
-            if account.starts_with('@') || delta == 0 {
+            if crate::domain::accounts::is_system(account) || delta == 0 {
                 continue;
             }
             let done = sqlx::query(

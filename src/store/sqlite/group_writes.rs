@@ -3,6 +3,7 @@
 //! settlement of a round of pays, and the reading of their rows.
 
 use super::group::{GroupWrite, Row};
+use crate::domain::{accounts, Parties, Step};
 use crate::store::StoreError;
 use rusqlite::types::Value;
 use rusqlite::OptionalExtension;
@@ -209,8 +210,11 @@ pub(super) fn settlement_of_due(settle_by: i64, at: i64, limit: i64) -> GroupWri
 /// (`settle_payments`, with a round the workers read or, should that fail,
 /// one pay at a time; `settle_due`, with what it finds due). Each still
 /// pending pay whose target account is not suspended becomes
-/// settled, each target is credited once with the sum of its pays, and each
-/// pay gets its two `settle` entries from `@held`. One prepared statement per
+/// settled, and what it moves is the ledger's rule, [`Step::Settle`] of its
+/// amount between its parties (from `@held` to its target): its two entries
+/// are written as that move gives them, and each user account it reaches is
+/// credited once with the sum of its moves (by a guarded update: should a move
+/// ever debit one, the balance must cover it). One prepared statement per
 /// row instead of statements as long as the round, which would be prepared
 /// anew for each round's length. Rows: the ids settled.
 fn settle(
@@ -231,8 +235,9 @@ fn settle(
          (movement_id, kind, account, amount_cents, payment_id, created_at) \
          VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
     )?;
-    let kind = crate::store::EntryKind::Settle.as_str();
-    let mut credits: std::collections::BTreeMap<String, i64> = Default::default();
+    let step = Step::Settle;
+    let kind = step.entry_kind().as_str();
+    let mut balances: std::collections::BTreeMap<String, i64> = Default::default();
     let mut settled = Vec::new();
     for s in settlements {
         let Some((target, cents)) = settle
@@ -243,23 +248,37 @@ fn settle(
         else {
             continue;
         };
-        let (id, movement) = (&s.payment_id, &s.movement_id);
-        entry.execute(params![
-            movement,
-            kind,
-            crate::store::accounts::HELD,
-            -cents,
-            id,
-            at
-        ])?;
-        entry.execute(params![movement, kind, target, cents, id, at])?;
-        *credits.entry(target).or_default() += cents;
-        settled.push(vec![Value::Text(id.clone())]);
+        let parties = Parties {
+            actor: None,
+            target: Some(&target),
+        };
+        // A settled pay always has its target: the update above read it.
+        let moved = parties
+            .step(step, cents)
+            .ok_or(rusqlite::Error::QueryReturnedNoRows)?;
+        for (account, cents) in moved.entries() {
+            entry.execute(params![
+                s.movement_id,
+                kind,
+                account,
+                cents,
+                s.payment_id,
+                at
+            ])?;
+            if !accounts::is_system(account) {
+                *balances.entry(account.to_owned()).or_default() += cents;
+            }
+        }
+        settled.push(vec![Value::Text(s.payment_id.clone())]);
     }
-    let mut credit =
-        conn.prepare_cached("UPDATE users SET balance_cents = balance_cents + ?2 WHERE id = ?1")?;
-    for (account, cents) in &credits {
-        credit.execute(params![account, cents])?;
+    let mut change = conn.prepare_cached(
+        "UPDATE users SET balance_cents = balance_cents + ?2 \
+         WHERE id = ?1 AND balance_cents + ?2 >= 0",
+    )?;
+    for (account, cents) in &balances {
+        if change.execute(params![account, cents])? != 1 {
+            return Err(rusqlite::Error::QueryReturnedNoRows);
+        }
     }
     Ok(settled)
 }
