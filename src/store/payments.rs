@@ -144,8 +144,9 @@ macro_rules! sqlite_savepoint {
 /// reached an account at or before `$1` that is not suspended; the oldest
 /// `$2`. `date_completed IS NULL` as in `due_payments`, for PostgreSQL's
 /// index of open payments. SQLite's settlement reads it; on PostgreSQL the
-/// function `settle_due` (`sql/postgres/functions/settle_due.sql`) reads the same pays
-/// with the same conditions, so a change here belongs there too.
+/// function `settle_due` (`sql/postgres/functions/settle_due.sql`) runs the
+/// same read (a test in `sqlite.rs` holds the two to each other, and the
+/// store conformance tests to the same pays).
 pub(crate) const SETTLEMENT_DUE_SQL: &str = "SELECT p.id FROM payments p \
      JOIN users u ON u.id = p.target_user_id \
      WHERE p.date_completed IS NULL AND p.status = 'pending' AND p.action = 'pay' \
