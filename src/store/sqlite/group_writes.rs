@@ -14,29 +14,16 @@ use rusqlite::OptionalExtension;
 pub(super) fn payment_params(
     insert: &crate::store::PaymentInsert,
 ) -> Result<Vec<Value>, StoreError> {
+    use crate::store::payments::{ColumnValue, PAYMENT_ROW};
     let p = &insert.payment;
     let text = |s: &str| Value::Text(s.to_owned());
-    let maybe_text = |s: &Option<String>| s.clone().map_or(Value::Null, Value::Text);
-    let maybe_int = |i: Option<i64>| i.map_or(Value::Null, Value::Integer);
-    let mut params = vec![
-        text(&p.id),
-        text(p.kind.as_str()),
-        maybe_text(&p.actor_id),
-        text(p.target_type.as_str()),
-        maybe_text(&p.target_user_id),
-        maybe_text(&p.target_email),
-        maybe_text(&p.target_phone),
-        text(p.action.as_str()),
-        Value::Integer(p.amount_cents),
-        text(&p.note),
-        text(p.audience.as_str()),
-        text(p.status.as_str()),
-        text(p.medium.as_str()),
-        Value::Integer(p.date_created),
-        maybe_int(p.date_completed),
-        maybe_int(p.reached_account_at),
-        maybe_text(&p.refund_payment_id),
-    ];
+    let mut params: Vec<Value> = PAYMENT_ROW
+        .iter()
+        .map(|column| match column.value {
+            ColumnValue::Text(value) => value(p).map_or(Value::Null, Value::Text),
+            ColumnValue::Int(value) => value(p).map_or(Value::Null, Value::Integer),
+        })
+        .collect();
     if let Some(hold) = &insert.hold {
         // As `payment_statements`: the statements debit the actor.
         if !insert.hold_is_from_actor() {
