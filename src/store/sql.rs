@@ -155,24 +155,18 @@ mod tests {
         let when = |action: &str, status: &str, then: &str| {
             format!(" WHEN p.action = '{action}' AND p.status = '{status}' THEN {then}")
         };
-        assert_eq!(
-            flow_case(|(from, _)| from),
+        let case = |then: [&str; 3]| {
             format!(
                 "CASE{}{}{} END",
-                when("pay", "pending", "p.actor_id"),
-                when("pay", "settled", "p.actor_id"),
-                when("charge", "settled", "p.target_user_id"),
+                when("pay", "pending", then[0]),
+                when("pay", "settled", then[1]),
+                when("charge", "settled", then[2]),
             )
-        );
-        assert_eq!(
-            flow_case(|(_, to)| to),
-            format!(
-                "CASE{}{}{} END",
-                when("pay", "pending", "'@held'"),
-                when("pay", "settled", "p.target_user_id"),
-                when("charge", "settled", "p.actor_id"),
-            )
-        );
+        };
+        let debited = ["p.actor_id", "p.actor_id", "p.target_user_id"];
+        assert_eq!(flow_case(|(from, _)| from), case(debited));
+        let credited = ["'@held'", "p.target_user_id", "p.actor_id"];
+        assert_eq!(flow_case(|(_, to)| to), case(credited));
         assert_eq!(
             states(is_returned),
             "((p.action = 'pay' AND p.status = 'failed') \

@@ -1657,14 +1657,12 @@ async fn every_settlement_writes_the_moves_of_the_ledgers_rule(backend: Backend)
     };
     let batch = [settlement(&by_batch), settlement(&by_round)];
     // The round's pay is left to the round: only the batch's settles here.
+    let suspended = |suspended| UserFlags {
+        verified: None,
+        suspended: Some(suspended),
+    };
     store
-        .update_user_flags(
-            &bob.id,
-            UserFlags {
-                verified: None,
-                suspended: Some(true),
-            },
-        )
+        .update_user_flags(&bob.id, suspended(true))
         .await
         .unwrap();
     assert_eq!(
@@ -1672,13 +1670,7 @@ async fn every_settlement_writes_the_moves_of_the_ledgers_rule(backend: Backend)
         vec![by_batch.id.clone()]
     );
     store
-        .update_user_flags(
-            &bob.id,
-            UserFlags {
-                verified: None,
-                suspended: Some(false),
-            },
-        )
+        .update_user_flags(&bob.id, suspended(false))
         .await
         .unwrap();
     assert_eq!(
