@@ -4,6 +4,7 @@
 mod amount;
 mod contact;
 mod ids;
+mod movement;
 mod payment;
 mod redirect_url;
 mod scope;
@@ -17,6 +18,9 @@ mod properties;
 pub use amount::{Amount, AmountError, Money};
 pub use contact::{Email, EmailError, Phone, PhoneError};
 pub use ids::new_id;
+pub use movement::{
+    accounts, is_returned, net_flow, EntryKind, Move, Movement, Parties, Party, Step,
+};
 pub use payment::{
     Audience, AudienceError, Medium, Note, NoteError, PaymentAction, PaymentKind, PaymentStatus,
     TargetType, UnknownWord,

@@ -204,14 +204,18 @@ pub struct UnknownWord {
 /// Reading a word back as stored: exactly one of `ALL`'s `as_str`.
 macro_rules! stored_word {
     ($($word:ident: $what:literal),* $(,)?) => {$(
+        impl $word {
+            /// The word as stored: exactly one of `ALL`'s `as_str`, or `None`.
+            pub fn from_stored(word: &str) -> Option<Self> {
+                Self::ALL.into_iter().find(|known| known.as_str() == word)
+            }
+        }
+
         impl TryFrom<String> for $word {
             type Error = UnknownWord;
 
             fn try_from(word: String) -> Result<Self, UnknownWord> {
-                Self::ALL
-                    .into_iter()
-                    .find(|known| known.as_str() == word)
-                    .ok_or(UnknownWord { what: $what, word })
+                Self::from_stored(&word).ok_or(UnknownWord { what: $what, word })
             }
         }
     )*};

@@ -5,8 +5,8 @@
 //! say moved (a settled charge: target to actor; a returned pay: back to the
 //! actor, with its refund; …).
 
-use crate::domain::{Money, PaymentAction, PaymentStatus};
-use crate::store::{accounts, AuditChunk, AuditPayment, Store, StoreError};
+use crate::domain::{accounts, is_returned, net_flow, Money, Parties};
+use crate::store::{AuditChunk, AuditPayment, Store, StoreError};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 
@@ -140,31 +140,21 @@ pub async fn run_in_chunks(
     })
 }
 
-/// What a payment in its state must have moved, net by account (zeros left out).
+/// What a payment in its state must have moved, net by account (zeros left
+/// out): the ledger's rule, `net_flow` of its action and status, between its
+/// parties.
 fn expected_flows(p: &AuditPayment) -> BTreeMap<String, i64> {
     let mut flows = BTreeMap::new();
-    let mut add = |account: &Option<String>, cents: i64| {
-        if let Some(account) = account {
-            *flows.entry(account.clone()).or_insert(0) += cents;
-        }
+    let parties = Parties {
+        actor: p.actor_id.as_deref(),
+        target: p.target_user_id.as_deref(),
     };
-    let held = Some(accounts::HELD.to_owned());
-    let a = p.amount_cents;
-    match (p.action, p.status) {
-        (PaymentAction::Pay, PaymentStatus::Pending) => {
-            add(&p.actor_id, -a);
-            add(&held, a);
+    if let Some((from, to)) = net_flow(p.action, p.status) {
+        for (party, cents) in [(from, -p.amount_cents), (to, p.amount_cents)] {
+            if let Some(account) = parties.account(party) {
+                *flows.entry(account.to_owned()).or_insert(0) += cents;
+            }
         }
-        (PaymentAction::Pay, PaymentStatus::Settled) => {
-            add(&p.actor_id, -a);
-            add(&p.target_user_id, a);
-        }
-        (PaymentAction::Charge, PaymentStatus::Settled) => {
-            add(&p.target_user_id, -a);
-            add(&p.actor_id, a);
-        }
-        // A returned pay nets to nothing; a charge not settled moved nothing.
-        _ => {}
     }
     flows.retain(|_, cents| *cents != 0);
     flows
@@ -204,11 +194,7 @@ fn reconcile_payments(chunk: AuditChunk, discrepancies: &mut Vec<Discrepancy>) {
                 ledger: money(&ledger),
             });
         }
-        let returned = payment.action == PaymentAction::Pay
-            && matches!(
-                payment.status,
-                PaymentStatus::Failed | PaymentStatus::Cancelled | PaymentStatus::Expired
-            );
+        let returned = is_returned(payment.action, payment.status);
         let problem = match (returned, payment.refund_amount_cents) {
             (true, None) => Some("a returned pay has no refund".to_owned()),
             (false, Some(_)) => Some(format!(

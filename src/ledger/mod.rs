@@ -6,8 +6,8 @@ pub mod payments;
 
 pub use payments::claim;
 
-use crate::domain::{new_id, now_micros, Amount, Money};
-use crate::store::{accounts, EntryKind, Movement, Store, StoreError};
+use crate::domain::{accounts, new_id, now_micros, Amount, EntryKind, Money, Movement};
+use crate::store::{Store, StoreError};
 
 /// Money arriving from outside (a bank transfer, say) into a user's balance.
 /// Returns the new balance.

@@ -4,13 +4,12 @@
 
 use crate::config::Settings;
 use crate::domain::{
-    micros, new_id, Amount, Audience, Email, Medium, Money, Note, PaymentAction, PaymentKind,
-    PaymentStatus, Phone, TargetType,
+    micros, new_id, Amount, Audience, Email, EntryKind, Medium, Money, Movement, Note, Parties,
+    PaymentAction, PaymentKind, PaymentStatus, Phone, Step, TargetType,
 };
 use crate::store::{
-    accounts, Claimant, DuePayment, EntryKind, IdempotencyKey, InsertOutcome, Move, Movement,
-    Payment, PaymentInsert, Settlement, Store, StoreError, Transition, TransitionOutcome, User,
-    UserKey,
+    Claimant, DuePayment, IdempotencyKey, InsertOutcome, Payment, PaymentInsert, Settlement, Store,
+    StoreError, Transition, TransitionOutcome, User, UserKey,
 };
 use sha2::{Digest, Sha256};
 use std::time::Duration;
@@ -184,7 +183,9 @@ pub async fn create(
     });
     let due_at_once = action == PaymentAction::Pay && to_account && settlement_delay.is_zero();
     let insert = PaymentInsert {
-        hold: (action == PaymentAction::Pay).then(|| hold(actor, &payment)),
+        hold: (action == PaymentAction::Pay)
+            .then(|| hold(actor, &payment))
+            .flatten(),
         settle_at_once: due_at_once.then(new_id),
         payment,
         idempotency,
@@ -237,17 +238,20 @@ pub async fn create(
     }
 }
 
-/// A pay's amount going from its actor to `@held` when it is made; settling,
-/// failing or expiring it later moves it on from there.
-fn hold(actor: &User, payment: &Payment) -> Movement {
-    Movement {
-        id: new_id(),
-        kind: EntryKind::Hold,
-        from: actor.id.clone(),
-        to: accounts::HELD.to_owned(),
-        cents: payment.amount_cents,
-        at: payment.date_created,
-    }
+/// A pay's amount going from its actor to `@held` when it is made
+/// ([`Step::Hold`]); settling, failing or expiring it later moves it on from
+/// there.
+fn hold(actor: &User, payment: &Payment) -> Option<Movement> {
+    let parties = Parties {
+        actor: Some(&actor.id),
+        target: None,
+    };
+    parties.movement(
+        Step::Hold,
+        new_id(),
+        payment.amount_cents,
+        payment.date_created,
+    )
 }
 
 /// Where a new payment to an address (`UserKey::Email` or `Phone`) goes: the
@@ -440,12 +444,14 @@ pub async fn update(
                 // money goes to an account that cannot use it.
                 base(&payment, PaymentStatus::Failed, EntryKind::Fail, now)
             } else {
-                let mut t = base(&payment, PaymentStatus::Settled, EntryKind::Charge, now);
-                t.moves.push(Move {
-                    from: user.id.clone(),
-                    to: actor_id,
-                    cents: payment.amount_cents,
-                });
+                // The target (this user) pays the actor.
+                let parties = Parties {
+                    actor: Some(&actor_id),
+                    target: Some(&user.id),
+                };
+                let step = Step::Charge;
+                let mut t = base(&payment, PaymentStatus::Settled, step.entry_kind(), now);
+                t.moves.extend(parties.step(step, payment.amount_cents));
                 t
             }
         }
@@ -498,16 +504,17 @@ fn base(payment: &Payment, status: PaymentStatus, entry_kind: EntryKind, now: i6
 }
 
 /// Ends a payment without it completing: a held pay goes back to its actor as a
-/// refund; a charge moves nothing.
+/// refund ([`Step::Return`]); a charge moves nothing.
 fn returning(payment: &Payment, status: PaymentStatus, now: i64) -> Transition {
-    let mut t = base(payment, status, EntryKind::Refund, now);
+    let step = Step::Return;
+    let mut t = base(payment, status, step.entry_kind(), now);
     if payment.action == PaymentAction::Pay {
-        if let Some(actor) = &payment.actor_id {
-            t.moves.push(Move {
-                from: accounts::HELD.to_owned(),
-                to: actor.clone(),
-                cents: payment.amount_cents,
-            });
+        let parties = Parties {
+            actor: payment.actor_id.as_deref(),
+            target: payment.target_user_id.as_deref(),
+        };
+        if let Some(back) = parties.step(step, payment.amount_cents) {
+            t.moves.push(back);
             t.refund = Some(refund_of(payment, now));
         }
     }
@@ -642,27 +649,36 @@ async fn process_round(
             if let Some(suppressed) = crate::log_throttle::admit(&cause) {
                 tracing::error!(error = ?error, suppressed, "cannot settle a batch; settling one by one");
             }
-            for payment in to_settle {
-                done += apply_due(store, settlement(payment, now)).await?;
+            for settlement in &settlements {
+                done += settle_alone(store, settlement, now).await?;
             }
         }
     }
     Ok(done)
 }
 
-/// A pay to an account settling on its own (what a batch does for each).
-fn settlement(payment: &Payment, now: i64) -> Transition {
-    let mut t = base(payment, PaymentStatus::Settled, EntryKind::Settle, now);
-    if let Some(target) = &payment.target_user_id {
-        t.moves.push(Move {
-            from: accounts::HELD.to_owned(),
-            to: target.clone(),
-            cents: payment.amount_cents,
-        });
-        // Suspended since the worker looked: the next round fails it.
-        t.only_if_active = Some(target.clone());
+/// Settles one due pay by the store's one settlement (a batch of one), as a
+/// batch does for each; 1 if it settled. Only an unreachable database is an
+/// error, as in [`apply_due`].
+async fn settle_alone(
+    store: &dyn Store,
+    settlement: &Settlement,
+    now: i64,
+) -> Result<usize, StoreError> {
+    match store
+        .settle_payments(std::slice::from_ref(settlement), now)
+        .await
+    {
+        Ok(settled) => Ok(settled.len()),
+        Err(StoreError::Unavailable(e)) => Err(StoreError::Unavailable(e)),
+        Err(error) => {
+            let cause = format!("cannot move a due payment: {error}");
+            if let Some(suppressed) = crate::log_throttle::admit(&cause) {
+                tracing::error!(payment_id = %settlement.payment_id, error = ?error, suppressed, "cannot move a due payment");
+            }
+            Ok(0)
+        }
     }
-    t
 }
 
 /// Applies one due payment's transition; 1 if it moved. Only an unreachable

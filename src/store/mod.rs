@@ -18,15 +18,15 @@ mod traits;
 pub(crate) mod user_reads;
 mod verification;
 
+pub use crate::domain::{accounts, EntryKind, Move, Movement};
 pub use device::{
     DeviceCodeRow, DeviceDecide, DevicePoll, DeviceRefusal, DeviceStatus, DeviceStep,
     NewDeviceCode, PendingDeviceCode,
 };
 pub use error::StoreError;
 pub use models::{
-    accounts, AccountBalance, App, AppUpdate, AuditChunk, AuditPayment, AuditSnapshot, EntryKind,
-    LedgerSum, Movement, NewApp, NewUser, PaymentEntrySum, ProfileUpdate, Retention, User,
-    UserFlags,
+    AccountBalance, App, AppUpdate, AuditChunk, AuditPayment, AuditSnapshot, LedgerSum, NewApp,
+    NewUser, PaymentEntrySum, ProfileUpdate, Retention, User, UserFlags,
 };
 pub use oauth::{
     CodeCheck, CodeRecord, CodeUse, Consent, ConsentRow, Grant, IntrospectingClient, NewCode,
@@ -35,7 +35,7 @@ pub use oauth::{
 };
 pub use oidc::{NewOidcGrant, OidcGrant, OidcStore, SigningKeyRow};
 pub use payments::{
-    DuePayment, IdempotencyKey, InsertOutcome, Move, Payment, PaymentFilter, PaymentInsert,
+    DuePayment, IdempotencyKey, InsertOutcome, Payment, PaymentFilter, PaymentInsert,
     RecordedToAccount, Settlement, StoredIdempotencyKey, Transition, TransitionOutcome, UserSearch,
 };
 pub use postgres::PgStore;

@@ -104,60 +104,6 @@ pub struct NewApp {
     pub created_at: i64,
 }
 
-/// Ledger accounts that are not users. Names start with `@` so they can never
-/// collide with a user id.
-pub mod accounts {
-    /// Where deposits come from: its balance is minus everything ever deposited.
-    pub const EXTERNAL: &str = "@external";
-    /// Money held for pending pays: its balance is the sum of their amounts.
-    pub const HELD: &str = "@held";
-}
-
-/// What a movement of money is, written on each of its ledger entries.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EntryKind {
-    /// Money arriving from outside.
-    Deposit,
-    /// A pay's amount taken from its actor into `@held`.
-    Hold,
-    /// A held pay reaching its target.
-    Settle,
-    /// A charge paid by its target.
-    Charge,
-    /// A held pay going back to its actor.
-    Refund,
-    /// A charge that failed (moves nothing).
-    Fail,
-    /// A charge denied (moves nothing).
-    Cancel,
-}
-
-impl EntryKind {
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Self::Deposit => "deposit",
-            Self::Hold => "hold",
-            Self::Settle => "settle",
-            Self::Charge => "charge",
-            Self::Refund => "refund",
-            Self::Fail => "fail",
-            Self::Cancel => "cancel",
-        }
-    }
-}
-
-/// One movement of money: `cents` go from `from` to `to`, written as two ledger
-/// entries that sum to zero.
-#[derive(Debug, Clone)]
-pub struct Movement {
-    pub id: String,
-    pub kind: EntryKind,
-    pub from: String,
-    pub to: String,
-    pub cents: i64,
-    pub at: i64,
-}
-
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct AccountBalance {
     pub user_id: String,

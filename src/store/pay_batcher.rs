@@ -11,7 +11,7 @@
 //! the others).
 
 use super::batch_queue::{answer_failed_batch, BatchQueue};
-use super::payments::{Recorded, PG_HOLDS_SQL};
+use super::payments::{ColumnValue, Recorded, PAYMENT_ROW, PG_HOLDS_SQL};
 use super::pool::Lender;
 use super::{PaymentInsert, RecordedToAccount, StoreError};
 use sqlx::{Postgres, Row};
@@ -163,34 +163,25 @@ fn holds_statement(
     batch: &[QueuedPay],
 ) -> sqlx::query::Query<'static, Postgres, sqlx::postgres::PgArguments> {
     let pays = || batch.iter().map(|pay| &pay.insert);
-    let text = |f: fn(&PaymentInsert) -> String| pays().map(f).collect::<Vec<String>>();
     let maybe_text =
         |f: fn(&PaymentInsert) -> Option<String>| pays().map(f).collect::<Vec<Option<String>>>();
-    let maybe_int =
-        |f: fn(&PaymentInsert) -> Option<i64>| pays().map(f).collect::<Vec<Option<i64>>>();
     let hold = |f: fn(&super::Movement) -> String| {
         pays()
             .map(|i| i.hold.as_ref().map(f))
             .collect::<Vec<Option<String>>>()
     };
-    sqlx::query(PG_HOLDS_SQL)
-        .bind(text(|i| i.payment.id.clone()))
-        .bind(text(|i| i.payment.kind.as_str().to_owned()))
-        .bind(maybe_text(|i| i.payment.actor_id.clone()))
-        .bind(text(|i| i.payment.target_type.as_str().to_owned()))
-        .bind(maybe_text(|i| i.payment.target_user_id.clone()))
-        .bind(maybe_text(|i| i.payment.target_email.clone()))
-        .bind(maybe_text(|i| i.payment.target_phone.clone()))
-        .bind(text(|i| i.payment.action.as_str().to_owned()))
-        .bind(pays().map(|i| i.payment.amount_cents).collect::<Vec<i64>>())
-        .bind(text(|i| i.payment.note.clone()))
-        .bind(text(|i| i.payment.audience.as_str().to_owned()))
-        .bind(text(|i| i.payment.status.as_str().to_owned()))
-        .bind(text(|i| i.payment.medium.as_str().to_owned()))
-        .bind(pays().map(|i| i.payment.date_created).collect::<Vec<i64>>())
-        .bind(maybe_int(|i| i.payment.date_completed))
-        .bind(maybe_int(|i| i.payment.reached_account_at))
-        .bind(maybe_text(|i| i.payment.refund_payment_id.clone()))
+    let mut query = sqlx::query(PG_HOLDS_SQL.as_str());
+    for column in &PAYMENT_ROW {
+        query = match column.value {
+            ColumnValue::Text(value) => {
+                query.bind(pays().map(|i| value(&i.payment)).collect::<Vec<_>>())
+            }
+            ColumnValue::Int(value) => {
+                query.bind(pays().map(|i| value(&i.payment)).collect::<Vec<_>>())
+            }
+        };
+    }
+    query
         .bind(hold(|h| h.id.clone()))
         .bind(hold(|h| h.to.clone()))
         .bind(hold(|h| h.kind.as_str().to_owned()))

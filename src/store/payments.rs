@@ -3,9 +3,66 @@
 //! 'pending'`) in the same transaction as the money it moves, so a payment
 //! changes state exactly once however many instances race for it.
 
-use super::{EntryKind, Movement};
+use super::{EntryKind, Move, Movement};
 use crate::domain::{Audience, Medium, PaymentAction, PaymentKind, PaymentStatus, TargetType};
 
+/// The payment row, described once: each column's name, in order, with how
+/// its value is read from a `Payment`. Every binder binds from it (`bind_payment`
+/// on both backends, SQLite's group writer, PostgreSQL's pay batches), and the
+/// statements' column list and placeholders (`payment_columns!`,
+/// `payment_placeholders!`, literals so that statements can be `concat!`ed at
+/// compile time) are checked against it by a test. A column is added here,
+/// in those two literals, in the migrations, and in `pay_batch`.
+pub(crate) const PAYMENT_ROW: [PaymentColumn; 17] = [
+    PaymentColumn::text("id", |p| Some(p.id.clone())),
+    PaymentColumn::text("kind", |p| Some(p.kind.as_str().to_owned())),
+    PaymentColumn::text("actor_id", |p| p.actor_id.clone()),
+    PaymentColumn::text("target_type", |p| Some(p.target_type.as_str().to_owned())),
+    PaymentColumn::text("target_user_id", |p| p.target_user_id.clone()),
+    PaymentColumn::text("target_email", |p| p.target_email.clone()),
+    PaymentColumn::text("target_phone", |p| p.target_phone.clone()),
+    PaymentColumn::text("action", |p| Some(p.action.as_str().to_owned())),
+    PaymentColumn::int("amount_cents", |p| Some(p.amount_cents)),
+    PaymentColumn::text("note", |p| Some(p.note.clone())),
+    PaymentColumn::text("audience", |p| Some(p.audience.as_str().to_owned())),
+    PaymentColumn::text("status", |p| Some(p.status.as_str().to_owned())),
+    PaymentColumn::text("medium", |p| Some(p.medium.as_str().to_owned())),
+    PaymentColumn::int("date_created", |p| Some(p.date_created)),
+    PaymentColumn::int("date_completed", |p| p.date_completed),
+    PaymentColumn::int("reached_account_at", |p| p.reached_account_at),
+    PaymentColumn::text("refund_payment_id", |p| p.refund_payment_id.clone()),
+];
+
+/// One column of [`PAYMENT_ROW`].
+pub(crate) struct PaymentColumn {
+    pub(crate) name: &'static str,
+    pub(crate) value: ColumnValue,
+}
+
+/// How a column's value is read, by its SQL type.
+#[derive(Clone, Copy)]
+pub(crate) enum ColumnValue {
+    Text(fn(&Payment) -> Option<String>),
+    Int(fn(&Payment) -> Option<i64>),
+}
+
+impl PaymentColumn {
+    const fn text(name: &'static str, value: fn(&Payment) -> Option<String>) -> Self {
+        Self {
+            name,
+            value: ColumnValue::Text(value),
+        }
+    }
+
+    const fn int(name: &'static str, value: fn(&Payment) -> Option<i64>) -> Self {
+        Self {
+            name,
+            value: ColumnValue::Int(value),
+        }
+    }
+}
+
+/// [`PAYMENT_ROW`]'s names, as a literal.
 macro_rules! payment_columns {
     () => {
         "id, kind, actor_id, target_type, target_user_id, target_email, target_phone, \
@@ -16,10 +73,28 @@ macro_rules! payment_columns {
 
 pub(crate) use payment_columns;
 
-pub const PAYMENT_COLUMNS: &str = payment_columns!();
+/// [`PAYMENT_ROW`]'s placeholders, `$1` its first column: the payment row's
+/// place in every new-payment statement, whose further parameters start at
+/// `$18`.
+macro_rules! payment_placeholders {
+    () => {
+        "$1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17"
+    };
+}
+
+pub(crate) use payment_placeholders;
+
+/// [`PAYMENT_ROW`]'s columns, each prefixed by a table alias.
+pub(crate) fn payment_columns_of(alias: &str) -> String {
+    PAYMENT_ROW
+        .iter()
+        .map(|column| format!("{alias}.{}", column.name))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
 
 /// A new payment's movement, as statements both backends share the binds of:
-/// `$1`..`$17` the payment row in `PAYMENT_COLUMNS` order (`$3` the actor, `$5`
+/// `$1`..`$17` the payment row (`PAYMENT_ROW`, `payment_placeholders!`) (`$3` the actor, `$5`
 /// the target account, `$9` the amount, `$14` the time), and for a pay the hold
 /// the ledger decided: `$18` its movement id, `$19` the account it credits and
 /// `$20` its entries' kind. Each returns the actor's
@@ -43,8 +118,9 @@ macro_rules! pg_hold_rows {
         concat!(
             "made AS (INSERT INTO payments (",
             payment_columns!(),
-            ") SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17 \
-               FROM debit RETURNING id), \
+            ") SELECT ",
+            payment_placeholders!(),
+            " FROM debit RETURNING id), \
              hold AS (INSERT INTO ledger_entries \
                (movement_id, kind, account, amount_cents, payment_id, created_at) \
                SELECT $18, $20, e.account, e.cents, made.id, $14 FROM made \
@@ -80,8 +156,9 @@ pub(crate) const PG_CHARGE_TO_ACCOUNT_SQL: &str = concat!(
     " FROM users WHERE id = $5), \
      made AS (INSERT INTO payments (",
     payment_columns!(),
-    ") SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17 \
-       FROM target RETURNING id), \
+    ") SELECT ",
+    payment_placeholders!(),
+    " FROM target RETURNING id), \
      parties AS (INSERT INTO payment_parties (user_id, date_created, payment_id) \
        SELECT u.id, $14, made.id FROM made CROSS JOIN (VALUES ($3), ($5)) AS u (id) \
        WHERE u.id IS NOT NULL ON CONFLICT DO NOTHING) \
@@ -93,8 +170,9 @@ pub(crate) const PG_CHARGE_TO_ACCOUNT_SQL: &str = concat!(
 pub(crate) const PG_CHARGE_SQL: &str = concat!(
     "WITH made AS (INSERT INTO payments (",
     payment_columns!(),
-    ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17) \
-       RETURNING id), \
+    ") VALUES (",
+    payment_placeholders!(),
+    ") RETURNING id), \
      parties AS (INSERT INTO payment_parties (user_id, date_created, payment_id) \
        SELECT u.id, $14, made.id FROM made CROSS JOIN (VALUES ($3), ($5)) AS u (id) \
        WHERE u.id IS NOT NULL ON CONFLICT DO NOTHING) \
@@ -107,25 +185,43 @@ pub(crate) const PG_CHARGE_SQL: &str = concat!(
 /// (`sql/postgres/functions/pay_batch.sql`, which says why) locks the actors'
 /// rows and those of the targets it may credit, writes the pays, then settles
 /// those due at once with `settle_pays`. `$1`..`$17` are arrays of the payment rows' columns in
-/// `PAYMENT_COLUMNS` order, `$18`..`$20` of their holds' movement ids, credited
+/// `PAYMENT_ROW` order, `$18`..`$20` of their holds' movement ids, credited
 /// accounts and kinds, `$21` of whether the target account was named by id and
 /// not read, `$22` of their settlements' movement ids when they are to settle
 /// at once (`PaymentInsert::settle_at_once`), else NULL. One row per pay: its
 /// id (`pay_id`), the actor's balance after it (NULL when nothing was written:
 /// not covered, or no such target), and, when `$21`, the target account's
-/// columns (NULL when there is none).
-pub(crate) const PG_HOLDS_SQL: &str = concat!(
-    "SELECT b.pay_id, b.actor_balance_cents, t.* \
-     FROM pay_batch($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], \
-       $7::text[], $8::text[], $9::int8[], $10::text[], $11::text[], $12::text[], $13::text[], \
-       $14::int8[], $15::int8[], $16::int8[], $17::text[], $18::text[], $19::text[], \
-       $20::text[], $21::bool[], $22::text[]) AS b \
-     JOIN unnest($1::text[], $5::text[], $21::bool[]) AS q (id, target_user_id, check_target) \
-       ON q.id = b.pay_id \
-     LEFT JOIN LATERAL (SELECT ",
-    super::sql::user_columns!(),
-    " FROM users WHERE q.check_target AND users.id = q.target_user_id) AS t ON true"
-);
+/// columns (NULL when there is none). Its arrays' types are written from
+/// [`PAYMENT_ROW`].
+pub(crate) static PG_HOLDS_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    let mut arrays: Vec<String> = PAYMENT_ROW
+        .iter()
+        .enumerate()
+        .map(|(i, column)| match column.value {
+            ColumnValue::Text(_) => format!("${}::text[]", i + 1),
+            ColumnValue::Int(_) => format!("${}::int8[]", i + 1),
+        })
+        .collect();
+    arrays.extend(
+        ["text", "text", "text", "bool", "text"]
+            .iter()
+            .enumerate()
+            .map(|(i, kind)| format!("${}::{kind}[]", PAYMENT_ROW.len() + i + 1)),
+    );
+    let place = |name: &str| PAYMENT_ROW.iter().position(|c| c.name == name).unwrap_or(0) + 1;
+    format!(
+        "SELECT b.pay_id, b.actor_balance_cents, t.* FROM pay_batch({}) AS b \
+         JOIN unnest(${}::text[], ${}::text[], ${}::bool[]) \
+           AS q (id, target_user_id, check_target) ON q.id = b.pay_id \
+         LEFT JOIN LATERAL (SELECT {} \
+           FROM users WHERE q.check_target AND users.id = q.target_user_id) AS t ON true",
+        arrays.join(", "),
+        place("id"),
+        place("target_user_id"),
+        PAYMENT_ROW.len() + 4,
+        super::sql::USER_COLUMNS
+    )
+});
 
 /// On SQLite, the statements of a write that the group writer runs (the
 /// store's `write_batch`) open this savepoint first and release it last, so
@@ -144,8 +240,9 @@ macro_rules! sqlite_savepoint {
 /// reached an account at or before `$1` that is not suspended; the oldest
 /// `$2`. `date_completed IS NULL` as in `due_payments`, for PostgreSQL's
 /// index of open payments. SQLite's settlement reads it; on PostgreSQL the
-/// function `settle_due` (`sql/postgres/functions/settle_due.sql`) reads the same pays
-/// with the same conditions, so a change here belongs there too.
+/// function `settle_due` (`sql/postgres/functions/settle_due.sql`) runs the
+/// same read (a test in `sqlite.rs` holds the two to each other, and the
+/// store conformance tests to the same pays).
 pub(crate) const SETTLEMENT_DUE_SQL: &str = "SELECT p.id FROM payments p \
      JOIN users u ON u.id = p.target_user_id \
      WHERE p.date_completed IS NULL AND p.status = 'pending' AND p.action = 'pay' \
@@ -175,8 +272,9 @@ macro_rules! sqlite_hold_rows {
         concat!(
             "INSERT INTO payments (",
             payment_columns!(),
-            ") SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17 \
-               WHERE changes() = 1; \
+            ") SELECT ",
+            payment_placeholders!(),
+            " WHERE changes() = 1; \
              INSERT INTO ledger_entries \
                (movement_id, kind, account, amount_cents, payment_id, created_at) \
                SELECT $18, $20, e.account, e.cents, $1, $14 \
@@ -230,7 +328,9 @@ pub(crate) const SQLITE_CHARGE_SQL: &str = concat!(
     sqlite_savepoint!(open),
     "INSERT INTO payments (",
     payment_columns!(),
-    ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17); ",
+    ") VALUES (",
+    payment_placeholders!(),
+    "); ",
     sqlite_parties!(),
     " ON CONFLICT DO NOTHING; \
      SELECT balance_cents FROM users WHERE id = $3",
@@ -243,8 +343,9 @@ pub(crate) const SQLITE_CHARGE_TO_ACCOUNT_SQL: &str = concat!(
     sqlite_savepoint!(open),
     "INSERT INTO payments (",
     payment_columns!(),
-    ") SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17 \
-       WHERE EXISTS (SELECT 1 FROM users WHERE id = $5); ",
+    ") SELECT ",
+    payment_placeholders!(),
+    " WHERE EXISTS (SELECT 1 FROM users WHERE id = $5); ",
     sqlite_parties!(),
     " AND EXISTS (SELECT 1 FROM payments WHERE id = $1) ON CONFLICT DO NOTHING",
     sqlite_recorded_to_account!(),
@@ -408,15 +509,6 @@ pub enum InsertOutcome {
     KeyConflict,
 }
 
-/// `cents` going from one ledger account to another (a user id or an `@` system
-/// account). A user account is debited only if its balance covers it.
-#[derive(Debug, Clone)]
-pub struct Move {
-    pub from: String,
-    pub to: String,
-    pub cents: i64,
-}
-
 /// A pending payment reaching a new status, with the money that moves with it.
 #[derive(Debug, Clone)]
 pub struct Transition {
@@ -515,4 +607,53 @@ pub(crate) fn prefixed(columns: &str, alias: &str) -> String {
         .map(|c| format!("{alias}.{}", c.trim()))
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The literals the statements are built from say what `PAYMENT_ROW`
+    /// says: its names in order, and a placeholder for each.
+    #[test]
+    fn the_payment_rows_literals_are_its_description() {
+        let names: Vec<&str> = PAYMENT_ROW.iter().map(|column| column.name).collect();
+        let listed: Vec<&str> = payment_columns!().split(',').map(str::trim).collect();
+        assert_eq!(listed, names);
+        let placeholders: Vec<String> = (1..=PAYMENT_ROW.len()).map(|i| format!("${i}")).collect();
+        assert_eq!(payment_placeholders!(), placeholders.join(", "));
+        assert_eq!(payment_columns_of("p"), prefixed(payment_columns!(), "p"));
+    }
+
+    /// The hot statements as they are sent, whole (`tests/golden/hot_statements.txt`).
+    /// After a deliberate change, `TALLY_BLESS_GOLDEN=1 cargo test --lib
+    /// golden` writes them anew, and the diff shows what changed.
+    #[test]
+    fn the_hot_statements_are_their_golden_text() -> std::io::Result<()> {
+        let statements: [(&str, &str); 10] = [
+            ("PG_HOLD_SQL", PG_HOLD_SQL),
+            ("PG_HOLD_TO_ACCOUNT_SQL", PG_HOLD_TO_ACCOUNT_SQL),
+            ("PG_CHARGE_SQL", PG_CHARGE_SQL),
+            ("PG_CHARGE_TO_ACCOUNT_SQL", PG_CHARGE_TO_ACCOUNT_SQL),
+            ("PG_HOLDS_SQL", PG_HOLDS_SQL.as_str()),
+            ("SQLITE_HOLD_SQL", SQLITE_HOLD_SQL),
+            ("SQLITE_HOLD_TO_ACCOUNT_SQL", SQLITE_HOLD_TO_ACCOUNT_SQL),
+            ("SQLITE_CHARGE_SQL", SQLITE_CHARGE_SQL),
+            ("SQLITE_CHARGE_TO_ACCOUNT_SQL", SQLITE_CHARGE_TO_ACCOUNT_SQL),
+            ("SETTLEMENT_DUE_SQL", SETTLEMENT_DUE_SQL),
+        ];
+        let text: String = statements
+            .iter()
+            .map(|(name, sql)| format!("-- {name}\n{sql}\n\n"))
+            .collect();
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/golden/hot_statements.txt"
+        );
+        if std::env::var_os("TALLY_BLESS_GOLDEN").is_some() {
+            std::fs::write(path, &text)?;
+        }
+        assert_eq!(text, std::fs::read_to_string(path)?);
+        Ok(())
+    }
 }

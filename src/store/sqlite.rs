@@ -14,8 +14,8 @@ mod group_writes;
 mod writer;
 use group::{GroupWrite, GroupWriter};
 use writer::{
-    page_limit, writer_autocheckpoint_pages, DatabaseFile, WalRestart, WriterHealth,
-    WAL_RESTART_PAGES,
+    page_limit, DatabaseFile, WalRestart, WriterHealth, WAL_RESTART_PAGES,
+    WRITER_AUTOCHECKPOINT_PAGES,
 };
 
 /// Test hook: a file holding a page count that every write transaction applies
@@ -97,7 +97,10 @@ impl SqliteStore {
                 options
                     .clone()
                     .thread_name(|_| "sqlite-writer".to_owned())
-                    .pragma("wal_autocheckpoint", writer_autocheckpoint_pages!())
+                    .pragma(
+                        "wal_autocheckpoint",
+                        WRITER_AUTOCHECKPOINT_PAGES.to_string(),
+                    )
                     // Each write's savepoint keeps the pages it changes in a
                     // sub-journal, which SQLite moves to a temporary file past
                     // 64 KiB: in memory it costs no file writes and no file.
@@ -547,7 +550,8 @@ async fn apply_page_limit(
 
 /// User search's walk of one trigram's index entries (`$6`), keeping the
 /// users whose names match `$1`, at most `$7` (PostgreSQL's database
-/// function `users_named_like` runs the same statement). SQLite's planner only loops:
+/// function `users_named_like` runs the same statement: a test below holds
+/// the two to each other). SQLite's planner only loops:
 /// the entries in index order, each one's user by primary key.
 const USERS_NAMED_LIKE: &str = "\
     SELECT u.* FROM user_search_trigrams t JOIN users u ON u.id = t.user_id \
@@ -734,6 +738,53 @@ mod tests {
             .execute(&mut *lease)
             .await?;
         Ok(())
+    }
+
+    /// Both writers run with the backstop `WRITER_AUTOCHECKPOINT_PAGES`,
+    /// which the checkpointer's restart (`WAL_RESTART_PAGES`) is checked to
+    /// come before when the crate compiles.
+    #[tokio::test]
+    async fn both_writers_keep_the_checkpoint_backstop() -> anyhow::Result<()> {
+        let (dir, store) = migrated_store().await?;
+        let pages: i64 = sqlx::query_scalar("PRAGMA wal_autocheckpoint")
+            .fetch_one(&store.writer)
+            .await?;
+        assert_eq!(pages, WRITER_AUTOCHECKPOINT_PAGES);
+        let group = group::open(&dir.path().join("tally.db"))?;
+        let pages: i64 = group.query_row("PRAGMA wal_autocheckpoint", [], |row| row.get(0))?;
+        assert_eq!(pages, WRITER_AUTOCHECKPOINT_PAGES);
+        Ok(())
+    }
+
+    /// The statements SQLite runs in place are the ones PostgreSQL's
+    /// functions run, but for the names of their parameters: the due read
+    /// of a settlement round (`settle_due`) and user search's walk
+    /// (`users_named_like`).
+    #[test]
+    fn sqlites_statements_are_those_of_postgresqls_functions() {
+        let words = |text: &str| text.split_whitespace().collect::<Vec<_>>().join(" ");
+        let cases = [
+            (
+                crate::store::payments::SETTLEMENT_DUE_SQL
+                    .trim_start_matches("SELECT p.id ")
+                    .replace("$1", "settle_by")
+                    .replace("$2", "cardinality(movement_ids)"),
+                include_str!("../../sql/postgres/functions/settle_due.sql"),
+            ),
+            (
+                USERS_NAMED_LIKE
+                    .replace("$1", "pattern")
+                    .replace("$6", "users_named_like.trigram")
+                    .replace("$7", "most"),
+                include_str!("../../sql/postgres/functions/users_named_like.sql"),
+            ),
+        ];
+        for (statement, function) in cases {
+            assert!(
+                words(function).contains(&words(&statement)),
+                "{statement}\nis not in\n{function}"
+            );
+        }
     }
 
     /// A store on a fresh, migrated database file in a directory of its own

@@ -37,6 +37,8 @@ on_both_backends!(
     pays_made_at_once_each_move_their_own_money_or_none,
     a_pay_that_fails_its_batch_fails_alone,
     every_way_a_payment_settles_writes_the_ledger_rows_the_audit_expects,
+    a_pay_that_cannot_settle_leaves_the_others_of_its_round_settled,
+    every_settlement_writes_the_moves_of_the_ledgers_rule,
 );
 
 fn presented<'a>(digest: &'a str, client_id: &'a str, now: i64) -> Presented<'a> {
@@ -1545,6 +1547,177 @@ async fn every_way_a_payment_settles_writes_the_ledger_rows_the_audit_expects(ba
     assert_eq!(balance_of(store.as_ref(), &ann.id).await, 2000 - 1200 + 300);
     assert_eq!(balance_of(store.as_ref(), &bob.id).await, 800);
     assert_eq!(balance_of(store.as_ref(), &cy.id).await, 1000 + 400 - 300);
+    assert_audit_ok(store.as_ref()).await;
+}
+
+/// A round that cannot be settled whole (here a trigger refuses one pay's
+/// `settle` entries, so the round's write fails, and then the batch's) is
+/// settled a pay at a time by the same settlement: the others settle, the
+/// refused pay stays pending with its money held, and the audit finds the
+/// ledger whole.
+async fn a_pay_that_cannot_settle_leaves_the_others_of_its_round_settled(backend: Backend) {
+    let Some((db, store)) = store_for(backend).await else {
+        return;
+    };
+    let users = ann_with_twenty_bob_and_cy(store.as_ref()).await;
+    let (ann, bob, cy) = (&users[0], &users[1], &users[2]);
+    let to = |user: &tally::store::User| ledger::payments::TargetAddress::UserId(user.id.clone());
+    let first = pay_four(store.as_ref(), ann, to(bob)).await.payment;
+    let refused = pay_four(store.as_ref(), ann, to(cy)).await.payment;
+    let last = pay_four(store.as_ref(), ann, to(bob)).await.payment;
+    match backend {
+        Backend::Sqlite => {
+            tamper(
+                &db,
+                &format!(
+                    "CREATE TRIGGER refuse_settle BEFORE INSERT ON ledger_entries \
+                     WHEN NEW.kind = 'settle' AND NEW.payment_id = '{}' \
+                     BEGIN SELECT RAISE(ABORT, 'refused'); END",
+                    refused.id
+                ),
+            )
+            .await
+        }
+        Backend::Postgres => {
+            tamper(
+                &db,
+                &format!(
+                    "CREATE FUNCTION refuse_settle() RETURNS trigger LANGUAGE plpgsql AS $$ \
+                     BEGIN IF NEW.kind = 'settle' AND NEW.payment_id = '{}' THEN \
+                     RAISE EXCEPTION 'refused'; END IF; RETURN NEW; END $$",
+                    refused.id
+                ),
+            )
+            .await;
+            tamper(
+                &db,
+                "CREATE TRIGGER refuse_settle BEFORE INSERT ON ledger_entries \
+                 FOR EACH ROW EXECUTE FUNCTION refuse_settle()",
+            )
+            .await
+        }
+    }
+    run_workers_once(store.as_ref()).await;
+    let ids = [&first, &refused, &last].map(|p| p.id.clone());
+    let statuses: std::collections::HashMap<String, PaymentStatus> = store
+        .find_payments(&ids)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|p| (p.id, p.status))
+        .collect();
+    assert_eq!(statuses[&first.id], PaymentStatus::Settled);
+    assert_eq!(statuses[&last.id], PaymentStatus::Settled);
+    assert_eq!(statuses[&refused.id], PaymentStatus::Pending);
+    assert_eq!(balance_of(store.as_ref(), &bob.id).await, 800);
+    assert_eq!(balance_of(store.as_ref(), &cy.id).await, 0);
+    assert_eq!(balance_of(store.as_ref(), &ann.id).await, 2000 - 1200);
+    assert_audit_ok(store.as_ref()).await;
+}
+
+/// Every way a pay settles writes, row for row, what the ledger's rule says
+/// its steps move (`Step::Hold` when made, `Step::Settle` when settled, each
+/// between its parties): SQLite's settlement writes the moves the rule gives,
+/// PostgreSQL's `settle_pays` states them in SQL, and both are held to the one
+/// rule here. The ways: due the moment it is made (its own write on
+/// PostgreSQL, the next round on SQLite), the workers' round (`settle_due`),
+/// a batch, and a batch of one (what the workers fall back to).
+async fn every_settlement_writes_the_moves_of_the_ledgers_rule(backend: Backend) {
+    use tally::domain::{Parties, Step};
+    let Some((db, store)) = store_for(backend).await else {
+        return;
+    };
+    let users = ann_with_twenty_bob_and_cy(store.as_ref()).await;
+    let (ann, bob, cy) = (&users[0], &users[1], &users[2]);
+    let to = |user: &tally::store::User| ledger::payments::TargetAddress::UserId(user.id.clone());
+    let request = ledger::payments::PaymentRequest {
+        target: to(bob),
+        amount: Amount::parse("2.5").unwrap(),
+        note: tally::domain::Note::parse("x").unwrap(),
+        audience: tally::domain::Audience::Private,
+        medium: tally::domain::Medium::Api,
+    };
+    let at_once = ledger::payments::create(
+        store.as_ref(),
+        ann,
+        request,
+        None,
+        std::time::Duration::ZERO,
+        now_micros(),
+    )
+    .await
+    .unwrap()
+    .payment;
+    let by_round = pay_four(store.as_ref(), ann, to(bob)).await.payment;
+    let by_batch = pay_four(store.as_ref(), ann, to(cy)).await.payment;
+    let alone = pay_four(store.as_ref(), ann, to(cy)).await.payment;
+    let settlement = |p: &tally::store::Payment| tally::store::Settlement {
+        payment_id: p.id.clone(),
+        movement_id: tally::domain::new_id(),
+    };
+    let batch = [settlement(&by_batch), settlement(&by_round)];
+    // The round's pay is left to the round: only the batch's settles here.
+    let suspended = |suspended| UserFlags {
+        verified: None,
+        suspended: Some(suspended),
+    };
+    store
+        .update_user_flags(&bob.id, suspended(true))
+        .await
+        .unwrap();
+    assert_eq!(
+        store.settle_payments(&batch, now_micros()).await.unwrap(),
+        vec![by_batch.id.clone()]
+    );
+    store
+        .update_user_flags(&bob.id, suspended(false))
+        .await
+        .unwrap();
+    assert_eq!(
+        store
+            .settle_payments(&[settlement(&alone)], now_micros())
+            .await
+            .unwrap(),
+        vec![alone.id.clone()]
+    );
+    run_workers_once(store.as_ref()).await;
+
+    let ids = [&at_once, &by_round, &by_batch, &alone].map(|p| p.id.clone());
+    let payments = store.find_payments(&ids).await.unwrap();
+    assert_eq!(payments.len(), 4);
+    for payment in &payments {
+        assert_eq!(payment.status, PaymentStatus::Settled, "{}", payment.id);
+        let parties = Parties {
+            actor: payment.actor_id.as_deref(),
+            target: payment.target_user_id.as_deref(),
+        };
+        let mut expected = Vec::new();
+        for (step, at) in [
+            (Step::Hold, payment.date_created),
+            (Step::Settle, payment.date_completed.unwrap()),
+        ] {
+            let moved = parties.step(step, payment.amount_cents).unwrap();
+            for (account, cents) in moved.entries() {
+                expected.push((step.entry_kind().as_str(), account.to_owned(), cents, at));
+            }
+        }
+        let rows = ledger_rows(&db, &payment.id).await;
+        let mut written: Vec<(&str, String, i64, i64)> = rows
+            .iter()
+            .map(|r| (r.1.as_str(), r.2.clone(), r.3, r.4))
+            .collect();
+        expected.sort();
+        written.sort();
+        assert_eq!(written, expected, "{}", payment.id);
+        let settle_movements: std::collections::HashSet<&String> = rows
+            .iter()
+            .filter(|r| r.1 == "settle")
+            .map(|r| &r.0)
+            .collect();
+        assert_eq!(settle_movements.len(), 1, "{}", payment.id);
+    }
+    assert_eq!(balance_of(store.as_ref(), &bob.id).await, 250 + 400);
+    assert_eq!(balance_of(store.as_ref(), &cy.id).await, 800);
     assert_audit_ok(store.as_ref()).await;
 }
 

@@ -3,8 +3,8 @@
 -- owner is not suspended), at most one per movement id given, settled by
 -- `settle_pays` at `settled_at`, each with the movement id at its place in the
 -- round (the oldest the first). One row per pay settled. The due read is the
--- one of `SETTLEMENT_DUE_SQL` (store/payments.rs), SQLite's: a change here
--- belongs there too.
+-- one of `SETTLEMENT_DUE_SQL` (store/payments.rs), SQLite's: a test in
+-- store/sqlite.rs fails when the two differ.
 --
 -- The due read locks the pays as it finds them, skipping those another
 -- transaction holds (so the round never waits for a pay, and several instances

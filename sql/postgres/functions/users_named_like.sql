@@ -2,7 +2,8 @@
 -- plan is fixed: the users whose username or name matches `pattern` (a LIKE
 -- pattern, `\` escaping), among those the search index files under `trigram`,
 -- in listing order, at most `most` of them. SQLite runs the same statement in
--- place (`store/sqlite.rs`, `USERS_NAMED_LIKE`).
+-- place (`store/sqlite.rs`, `USERS_NAMED_LIKE`; a test there fails when the
+-- two differ).
 --
 -- The plan: the trigram's entries in index order, each one's user read by
 -- primary key, until `most` match. As a plain statement the planner, which

@@ -66,38 +66,30 @@ impl ThisStore {
         const SQL: &str = concat!(
             "INSERT INTO payments (",
             crate::store::payments::payment_columns!(),
-            ") VALUES \
-             ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)",
+            ") VALUES (",
+            crate::store::payments::payment_placeholders!(),
+            ")",
         );
-        Self::bind_payment(sqlx::query(SQL), p.clone())
+        Self::bind_payment(sqlx::query(SQL), p)
             .execute(&mut **tx)
             .await?;
         Ok(())
     }
 
-    /// Binds `$1`..`$17`: the payment row in `PAYMENT_COLUMNS` order.
+    /// Binds the payment row (`payment_placeholders!`, `$1` on), as
+    /// `PAYMENT_ROW` reads it.
     fn bind_payment<'q>(
-        query: sqlx::query::Query<'q, Db, Args<'q>>,
-        p: crate::store::Payment,
+        mut query: sqlx::query::Query<'q, Db, Args<'q>>,
+        p: &crate::store::Payment,
     ) -> sqlx::query::Query<'q, Db, Args<'q>> {
+        use crate::store::payments::{ColumnValue, PAYMENT_ROW};
+        for column in &PAYMENT_ROW {
+            query = match column.value {
+                ColumnValue::Text(value) => query.bind(value(p)),
+                ColumnValue::Int(value) => query.bind(value(p)),
+            };
+        }
         query
-            .bind(p.id)
-            .bind(p.kind.as_str())
-            .bind(p.actor_id)
-            .bind(p.target_type.as_str())
-            .bind(p.target_user_id)
-            .bind(p.target_email)
-            .bind(p.target_phone)
-            .bind(p.action.as_str())
-            .bind(p.amount_cents)
-            .bind(p.note)
-            .bind(p.audience.as_str())
-            .bind(p.status.as_str())
-            .bind(p.medium.as_str())
-            .bind(p.date_created)
-            .bind(p.date_completed)
-            .bind(p.reached_account_at)
-            .bind(p.refund_payment_id)
     }
 
     /// The statements that write `insert`: this backend's new-payment
@@ -122,7 +114,7 @@ impl ThisStore {
         insert: &crate::store::PaymentInsert,
     ) -> Result<sqlx::query::Query<'static, Db, Args<'static>>, StoreError> {
         let p = &insert.payment;
-        let mut query = Self::bind_payment(sqlx::query(Self::payment_sql(insert)), p.clone());
+        let mut query = Self::bind_payment(sqlx::query(Self::payment_sql(insert)), p);
         if let Some(hold) = &insert.hold {
             // The statements debit the payment's actor by its amount at its
             // time; a hold of anything else is not what they write.
@@ -192,6 +184,7 @@ impl ThisStore {
         at: i64,
         m: &crate::store::Move,
     ) -> Result<(), StoreError> {
+        let [(from, out), (to, into)] = m.entries();
         sqlx::query(
             "INSERT INTO ledger_entries \
              (movement_id, kind, account, amount_cents, payment_id, created_at) \
@@ -199,12 +192,12 @@ impl ThisStore {
         )
         .bind(movement_id)
         .bind(kind.as_str())
-        .bind(&m.from)
-        .bind(-m.cents)
+        .bind(from)
+        .bind(out)
         .bind(payment_id)
         .bind(at)
-        .bind(&m.to)
-        .bind(m.cents)
+        .bind(to)
+        .bind(into)
         .execute(&mut **tx)
         .await?;
         Ok(())
@@ -218,12 +211,11 @@ impl ThisStore {
         moves: &[crate::store::Move],
     ) -> Result<bool, StoreError> {
         let mut net: std::collections::BTreeMap<&str, i64> = Default::default();
-        for m in moves {
-            *net.entry(m.from.as_str()).or_default() -= m.cents;
-            *net.entry(m.to.as_str()).or_default() += m.cents;
+        for (account, cents) in moves.iter().flat_map(crate::store::Move::entries) {
+            *net.entry(account).or_default() += cents;
         }
         for (account, delta) in net {
-            if account.starts_with('@') || delta == 0 {
+            if crate::domain::accounts::is_system(account) || delta == 0 {
                 continue;
             }
             let done = sqlx::query(
@@ -471,7 +463,7 @@ impl PaymentStore for ThisStore {
             format!(
                 "SELECT {} FROM payment_parties pp JOIN payments p ON p.id = pp.payment_id \
                  WHERE pp.user_id = ",
-                crate::store::payments::prefixed(crate::store::payments::PAYMENT_COLUMNS, "p")
+                crate::store::payments::payment_columns_of("p")
             )
         });
         let mut query = sqlx::QueryBuilder::<Db>::new(SQL.as_str());
@@ -536,7 +528,7 @@ impl PaymentStore for ThisStore {
                      AND p.reached_account_at <= $1) \
                    OR (p.target_user_id IS NULL AND p.date_created <= $2)) \
                  ORDER BY p.date_created LIMIT $3",
-                crate::store::payments::prefixed(crate::store::payments::PAYMENT_COLUMNS, "p")
+                crate::store::payments::payment_columns_of("p")
             )
         });
         Ok(sqlx::query_as::<_, crate::store::DuePayment>(&SQL)

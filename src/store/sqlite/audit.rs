@@ -14,8 +14,9 @@
 //! migration 20261127000001 holds only them. Memory: the sums by account and
 //! the suspects' ids, never the ledger.
 
-use crate::domain::{PaymentAction, PaymentStatus};
-use crate::store::accounts;
+use crate::domain::{
+    accounts, is_returned, net_flow, Parties, Party, PaymentAction, PaymentStatus,
+};
 use crate::store::{
     AccountBalance, AuditChunk, AuditPayment, AuditSnapshot, LedgerSum, PaymentEntrySum,
 };
@@ -111,11 +112,12 @@ struct Walk {
     entries_without_payment: Vec<String>,
 }
 
-/// A payment as the walk reads it: what its entries are compared with.
+/// A payment as the walk reads it: what its entries are compared with. An
+/// action or status Tally never writes is `None`, and says nothing moved.
 struct WalkedPayment {
     id: String,
-    action: String,
-    status: String,
+    action: Option<PaymentAction>,
+    status: Option<PaymentStatus>,
     actor: Option<String>,
     target: Option<String>,
     amount: i64,
@@ -154,8 +156,8 @@ fn walk_payments_and_entries(conn: &Connection) -> rusqlite::Result<Walk> {
     while let Some(row) = payment_rows.next()? {
         let payment = WalkedPayment {
             id: row.get(0)?,
-            action: row.get(1)?,
-            status: row.get(2)?,
+            action: PaymentAction::from_stored(row.get_ref(1)?.as_str()?),
+            status: PaymentStatus::from_stored(row.get_ref(2)?.as_str()?),
             actor: row.get(3)?,
             target: row.get(4)?,
             amount: row.get(5)?,
@@ -225,40 +227,31 @@ fn note_without_payment(noted: &mut Vec<String>, payment_id: &str) {
 }
 
 impl WalkedPayment {
-    fn is(&self, action: PaymentAction, statuses: &[PaymentStatus]) -> bool {
-        self.action == action.as_str() && statuses.iter().any(|s| self.status == s.as_str())
+    /// What its action and status say it moved, net (the ledger's rule).
+    fn flow(&self) -> Option<(Party, Party)> {
+        net_flow(self.action?, self.status?)
+    }
+
+    fn parties(&self) -> Parties<'_> {
+        Parties {
+            actor: self.actor.as_deref(),
+            target: self.target.as_deref(),
+        }
     }
 
     /// A pay that came back: it must have its refund.
     fn returned(&self) -> bool {
-        use PaymentStatus::*;
-        self.is(PaymentAction::Pay, &[Failed, Cancelled, Expired])
+        matches!((self.action, self.status), (Some(action), Some(status)) if is_returned(action, status))
     }
 
     /// The account its action and status say the money left, if any.
     fn debited(&self) -> Option<&str> {
-        use PaymentStatus::*;
-        if self.is(PaymentAction::Pay, &[Pending, Settled]) {
-            self.actor.as_deref()
-        } else if self.is(PaymentAction::Charge, &[Settled]) {
-            self.target.as_deref()
-        } else {
-            None
-        }
+        self.parties().account(self.flow()?.0)
     }
 
     /// The account they say the money reached, if any.
     fn credited(&self) -> Option<&str> {
-        use PaymentStatus::*;
-        if self.is(PaymentAction::Pay, &[Pending]) {
-            Some(accounts::HELD)
-        } else if self.is(PaymentAction::Pay, &[Settled]) {
-            self.target.as_deref()
-        } else if self.is(PaymentAction::Charge, &[Settled]) {
-            self.actor.as_deref()
-        } else {
-            None
-        }
+        self.parties().account(self.flow()?.1)
     }
 
     /// What its entries must net on `account`: minus the amount if debited,

@@ -21,7 +21,7 @@
 //! write transactions of `SqliteStore::write` wait for it, as they wait for
 //! each other, and neither side ever finds the database locked.
 
-use super::writer::{page_limit, writer_autocheckpoint_pages, WalRestart, WriterHealth};
+use super::writer::{page_limit, WalRestart, WriterHealth, WRITER_AUTOCHECKPOINT_PAGES};
 use crate::store::StoreError;
 use rusqlite::types::Value;
 use sqlx::SqlitePool;
@@ -416,7 +416,7 @@ pub(super) const BUSY_TIMEOUT: std::time::Duration = std::time::Duration::from_s
 
 /// The group thread's connection, set up as sqlx's writer is (the file is
 /// in WAL mode already: sqlx made it so).
-fn open(path: &std::path::Path) -> Result<rusqlite::Connection, rusqlite::Error> {
+pub(super) fn open(path: &std::path::Path) -> Result<rusqlite::Connection, rusqlite::Error> {
     use rusqlite::OpenFlags;
     let conn = rusqlite::Connection::open_with_flags(
         path,
@@ -428,9 +428,8 @@ fn open(path: &std::path::Path) -> Result<rusqlite::Connection, rusqlite::Error>
         "PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON; ",
         // Savepoints' sub-journals in memory (see sqlx's writer in sqlite.rs).
         "PRAGMA temp_store = MEMORY; ",
-        "PRAGMA wal_autocheckpoint = ",
-        writer_autocheckpoint_pages!(),
     ))?;
+    conn.pragma_update(None, "wal_autocheckpoint", WRITER_AUTOCHECKPOINT_PAGES)?;
     Ok(conn)
 }
 

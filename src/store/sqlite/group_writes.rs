@@ -3,6 +3,7 @@
 //! settlement of a round of pays, and the reading of their rows.
 
 use super::group::{GroupWrite, Row};
+use crate::domain::{accounts, Parties, Step};
 use crate::store::StoreError;
 use rusqlite::types::Value;
 use rusqlite::OptionalExtension;
@@ -13,29 +14,16 @@ use rusqlite::OptionalExtension;
 pub(super) fn payment_params(
     insert: &crate::store::PaymentInsert,
 ) -> Result<Vec<Value>, StoreError> {
+    use crate::store::payments::{ColumnValue, PAYMENT_ROW};
     let p = &insert.payment;
     let text = |s: &str| Value::Text(s.to_owned());
-    let maybe_text = |s: &Option<String>| s.clone().map_or(Value::Null, Value::Text);
-    let maybe_int = |i: Option<i64>| i.map_or(Value::Null, Value::Integer);
-    let mut params = vec![
-        text(&p.id),
-        text(p.kind.as_str()),
-        maybe_text(&p.actor_id),
-        text(p.target_type.as_str()),
-        maybe_text(&p.target_user_id),
-        maybe_text(&p.target_email),
-        maybe_text(&p.target_phone),
-        text(p.action.as_str()),
-        Value::Integer(p.amount_cents),
-        text(&p.note),
-        text(p.audience.as_str()),
-        text(p.status.as_str()),
-        text(p.medium.as_str()),
-        Value::Integer(p.date_created),
-        maybe_int(p.date_completed),
-        maybe_int(p.reached_account_at),
-        maybe_text(&p.refund_payment_id),
-    ];
+    let mut params: Vec<Value> = PAYMENT_ROW
+        .iter()
+        .map(|column| match column.value {
+            ColumnValue::Text(value) => value(p).map_or(Value::Null, Value::Text),
+            ColumnValue::Int(value) => value(p).map_or(Value::Null, Value::Integer),
+        })
+        .collect();
     if let Some(hold) = &insert.hold {
         // As `payment_statements`: the statements debit the actor.
         if !insert.hold_is_from_actor() {
@@ -205,9 +193,15 @@ pub(super) fn settlement_of_due(settle_by: i64, at: i64, limit: i64) -> GroupWri
     })
 }
 
-/// Each still pending pay whose target account is not suspended becomes
-/// settled, each target is credited once with the sum of its pays, and each
-/// pay gets its two `settle` entries from `@held`. One prepared statement per
+/// The one settlement on SQLite: every path that settles a pay comes here
+/// (`settle_payments`, with a round the workers read or, should that fail,
+/// one pay at a time; `settle_due`, with what it finds due). Each still
+/// pending pay whose target account is not suspended becomes
+/// settled, and what it moves is the ledger's rule, [`Step::Settle`] of its
+/// amount between its parties (from `@held` to its target): its two entries
+/// are written as that move gives them, and each user account it reaches is
+/// credited once with the sum of its moves (by a guarded update: should a move
+/// ever debit one, the balance must cover it). One prepared statement per
 /// row instead of statements as long as the round, which would be prepared
 /// anew for each round's length. Rows: the ids settled.
 fn settle(
@@ -228,8 +222,9 @@ fn settle(
          (movement_id, kind, account, amount_cents, payment_id, created_at) \
          VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
     )?;
-    let kind = crate::store::EntryKind::Settle.as_str();
-    let mut credits: std::collections::BTreeMap<String, i64> = Default::default();
+    let step = Step::Settle;
+    let kind = step.entry_kind().as_str();
+    let mut balances: std::collections::BTreeMap<String, i64> = Default::default();
     let mut settled = Vec::new();
     for s in settlements {
         let Some((target, cents)) = settle
@@ -240,23 +235,37 @@ fn settle(
         else {
             continue;
         };
-        let (id, movement) = (&s.payment_id, &s.movement_id);
-        entry.execute(params![
-            movement,
-            kind,
-            crate::store::accounts::HELD,
-            -cents,
-            id,
-            at
-        ])?;
-        entry.execute(params![movement, kind, target, cents, id, at])?;
-        *credits.entry(target).or_default() += cents;
-        settled.push(vec![Value::Text(id.clone())]);
+        let parties = Parties {
+            actor: None,
+            target: Some(&target),
+        };
+        // A settled pay always has its target: the update above read it.
+        let moved = parties
+            .step(step, cents)
+            .ok_or(rusqlite::Error::QueryReturnedNoRows)?;
+        for (account, cents) in moved.entries() {
+            entry.execute(params![
+                s.movement_id,
+                kind,
+                account,
+                cents,
+                s.payment_id,
+                at
+            ])?;
+            if !accounts::is_system(account) {
+                *balances.entry(account.to_owned()).or_default() += cents;
+            }
+        }
+        settled.push(vec![Value::Text(s.payment_id.clone())]);
     }
-    let mut credit =
-        conn.prepare_cached("UPDATE users SET balance_cents = balance_cents + ?2 WHERE id = ?1")?;
-    for (account, cents) in &credits {
-        credit.execute(params![account, cents])?;
+    let mut change = conn.prepare_cached(
+        "UPDATE users SET balance_cents = balance_cents + ?2 \
+         WHERE id = ?1 AND balance_cents + ?2 >= 0",
+    )?;
+    for (account, cents) in &balances {
+        if change.execute(params![account, cents])? != 1 {
+            return Err(rusqlite::Error::QueryReturnedNoRows);
+        }
     }
     Ok(settled)
 }

@@ -39,8 +39,8 @@ impl WriterHealth {
 
 /// Past this many WAL pages (47 MiB), once the checkpointer has copied all
 /// of them, the group thread finishes the checkpoint (see [`WalRestart`]):
-/// short of the backstop below, so the checkpointer has time for its two
-/// passes. Much lower, the restarts' syncs cost the writer more than they
+/// short of the backstop, [`WRITER_AUTOCHECKPOINT_PAGES`] (checked when
+/// compiled), so the checkpointer has time for its two passes. Much lower, the restarts' syncs cost the writer more than they
 /// save (docs/decisions/003-sqlite-wal-checkpointer.md).
 pub(super) const WAL_RESTART_PAGES: i64 = 12_000;
 
@@ -105,14 +105,17 @@ impl DatabaseFile {
     }
 }
 
-/// The writers still checkpoint by themselves past this many WAL pages
-/// (80 MB): a backstop should the checkpointer fall behind.
-macro_rules! writer_autocheckpoint_pages {
-    () => {
-        "20000"
-    };
-}
-pub(super) use writer_autocheckpoint_pages;
+/// The writers (sqlx's and the group thread's) still checkpoint by
+/// themselves past this many WAL pages (80 MB): a backstop should the
+/// checkpointer fall behind.
+pub(super) const WRITER_AUTOCHECKPOINT_PAGES: i64 = 20_000;
+
+/// The restart must come before the backstop: past it, the writer itself
+/// would checkpoint the whole WAL with every write waiting.
+const _: () = assert!(
+    WAL_RESTART_PAGES < WRITER_AUTOCHECKPOINT_PAGES,
+    "WAL_RESTART_PAGES must stay below WRITER_AUTOCHECKPOINT_PAGES"
+);
 
 /// The page count of the test hook of [`super::PAGE_LIMIT_FILE_VARIABLE`], when set.
 pub(super) fn page_limit(page_limit_file: Option<&std::path::Path>) -> Option<u32> {
