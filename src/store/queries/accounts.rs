@@ -75,17 +75,10 @@ impl AccountStore for ThisStore {
         now: i64,
     ) -> Result<Result<(), i64>, StoreError> {
         let mut tx = self.write().await?;
-        // Locked in one order, so two sends naming the same keys never
-        // wait on each other.
-        let mut keys: Vec<&str> = counts.iter().map(|c| c.key).collect();
-        keys.sort_unstable();
-        keys.dedup();
-        for key in keys {
-            sqlx::query(KEY_LOCK)
-                .bind(format!("verification-send:{key}"))
-                .execute(&mut *tx)
-                .await?;
-        }
+        let keys = counts
+            .iter()
+            .map(|c| format!("verification-send:{}", c.key));
+        lock_keys(&mut tx, keys).await?;
         let mut refused: Option<i64> = None;
         for count in counts {
             let limits = count.limits;
@@ -132,11 +125,7 @@ impl AccountStore for ThisStore {
         decide: crate::store::SigninDecision<'_>,
     ) -> Result<Result<(), std::time::Duration>, StoreError> {
         let mut tx = self.write_unsynced().await?;
-        let mut sorted: Vec<&String> = keys.iter().collect();
-        sorted.sort();
-        for key in &sorted {
-            sqlx::query(KEY_LOCK).bind(*key).execute(&mut *tx).await?;
-        }
+        lock_keys(&mut tx, keys.iter().cloned()).await?;
         let mut seen = Vec::with_capacity(keys.len());
         for key in keys {
             sqlx::query("DELETE FROM signin_failures WHERE key = $1 AND at <= $2")
@@ -222,6 +211,18 @@ impl AccountStore for ThisStore {
                 .await?;
         Ok(found.is_some())
     }
+}
+
+/// Locks each key once (`KEY_LOCK`), in one order, so two transactions
+/// naming the same keys never wait on each other.
+async fn lock_keys(tx: &mut Tx, keys: impl Iterator<Item = String>) -> Result<(), StoreError> {
+    let mut keys: Vec<String> = keys.collect();
+    keys.sort_unstable();
+    keys.dedup();
+    for key in keys {
+        sqlx::query(KEY_LOCK).bind(key).execute(&mut **tx).await?;
+    }
+    Ok(())
 }
 
 /// Runs `sql` once for each of the sign-in throttle's keys, bound as `$1`,

@@ -11,23 +11,21 @@ use crate::store::{
 impl DeviceStore for ThisStore {
     #[tracing::instrument(skip_all, fields(client_id = %code.client_id))]
     async fn insert_device_code(&self, code: &NewDeviceCode) -> Result<bool, StoreError> {
-        let stored = self
-            .write_one(
-                sqlx::query(
-                    "INSERT INTO device_codes (digest, user_code_digest, client_id, scopes, \
+        self.write_changed(
+            sqlx::query(
+                "INSERT INTO device_codes (digest, user_code_digest, client_id, scopes, \
                      interval_secs, created_at, expires_at) \
                      VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING",
-                )
-                .bind(&code.digest)
-                .bind(&code.user_code_digest)
-                .bind(&code.client_id)
-                .bind(&code.scopes)
-                .bind(code.interval_secs)
-                .bind(code.created_at)
-                .bind(code.expires_at),
             )
-            .await?;
-        Ok(stored > 0)
+            .bind(&code.digest)
+            .bind(&code.user_code_digest)
+            .bind(&code.client_id)
+            .bind(&code.scopes)
+            .bind(code.interval_secs)
+            .bind(code.created_at)
+            .bind(code.expires_at),
+        )
+        .await
     }
 
     #[tracing::instrument(skip_all)]
@@ -36,16 +34,17 @@ impl DeviceStore for ThisStore {
         user_code_digest: &str,
         now: i64,
     ) -> Result<Option<PendingDeviceCode>, StoreError> {
-        Ok(sqlx::query_as::<_, PendingDeviceCode>(
-            "SELECT d.client_id, d.scopes, d.expires_at, a.name AS app_name, \
+        self.read_optional(
+            sqlx::query_as::<_, PendingDeviceCode>(
+                "SELECT d.client_id, d.scopes, d.expires_at, a.name AS app_name, \
              a.description AS app_description, a.site_url, a.suspended AS app_suspended \
              FROM device_codes d JOIN apps a ON a.client_id = d.client_id \
              WHERE d.user_code_digest = $1 AND d.status = 'pending' AND d.expires_at > $2",
+            )
+            .bind(user_code_digest)
+            .bind(now),
         )
-        .bind(user_code_digest)
-        .bind(now)
-        .fetch_optional(&mut *self.lease().await?)
-        .await?)
+        .await
     }
 
     #[tracing::instrument(skip_all)]
@@ -97,17 +96,15 @@ impl DeviceStore for ThisStore {
 
     #[tracing::instrument(skip_all)]
     async fn deny_device_code(&self, user_code_digest: &str, now: i64) -> Result<bool, StoreError> {
-        let denied = self
-            .write_one(
-                sqlx::query(
-                    "UPDATE device_codes SET status = 'denied', decided_at = $2 \
+        self.write_changed(
+            sqlx::query(
+                "UPDATE device_codes SET status = 'denied', decided_at = $2 \
                      WHERE user_code_digest = $1 AND status = 'pending' AND expires_at > $2",
-                )
-                .bind(user_code_digest)
-                .bind(now),
             )
-            .await?;
-        Ok(denied > 0)
+            .bind(user_code_digest)
+            .bind(now),
+        )
+        .await
     }
 
     #[tracing::instrument(skip_all)]
@@ -150,17 +147,7 @@ impl DeviceStore for ThisStore {
                     .bind(now)
                     .execute(&mut *tx)
                     .await?;
-                // Locks the grant (PostgreSQL), so a revocation either came
-                // first and is seen here, or waits and then revokes these
-                // tokens too.
-                let user_id: Option<String> = sqlx::query_scalar(
-                    "UPDATE oauth_grants SET revoked_at = revoked_at \
-                     WHERE id = $1 AND revoked_at IS NULL RETURNING user_id",
-                )
-                .bind(&grant_id)
-                .fetch_optional(&mut *tx)
-                .await?;
-                match user_id {
+                match super::oauth::lock_live_grant(&mut tx, &grant_id).await? {
                     Some(user_id) => {
                         for token in tokens {
                             super::oauth::insert_token(&mut tx, &grant_id, token).await?;
@@ -190,10 +177,7 @@ impl DeviceStore for ThisStore {
             }
             DeviceStep::Refuse(_) => DevicePoll::Stepped { row, step },
         };
-        tx.commit().await?;
-        if revoked > 0 {
-            self.revocations().bump();
-        }
+        self.commit_revoking(tx, revoked > 0).await?;
         Ok(outcome)
     }
 }

@@ -33,6 +33,10 @@ use sqlx::Transaction;
 /// The arguments of a statement on this backend.
 type Args<'q> = <Db as sqlx::Database>::Arguments<'q>;
 
+/// A row type a statement on this backend decodes into.
+trait Row: for<'r> sqlx::FromRow<'r, <Db as sqlx::Database>::Row> + Send + Unpin {}
+impl<T> Row for T where T: for<'r> sqlx::FromRow<'r, <Db as sqlx::Database>::Row> + Send + Unpin {}
+
 /// A transaction on this backend, which the helpers of a write take by `&mut`.
 type Tx = Transaction<'static, Db>;
 
@@ -155,25 +159,71 @@ impl ThisStore {
 
     /// Runs one statement that returns at most one row (`RETURNING`) in a
     /// write transaction of its own.
-    async fn write_returning<'q, T>(
+    async fn write_returning<'q, T: Row>(
         &self,
         statement: sqlx::query::QueryAs<'q, Db, T, Args<'q>>,
-    ) -> Result<Option<T>, StoreError>
-    where
-        T: for<'r> sqlx::FromRow<'r, <Db as sqlx::Database>::Row> + Send + Unpin,
-    {
+    ) -> Result<Option<T>, StoreError> {
         let mut tx = self.write().await?;
         let row = statement.fetch_optional(&mut *tx).await?;
         tx.commit().await?;
         Ok(row)
     }
 
+    /// Runs one statement in a write transaction of its own; whether it
+    /// changed a row.
+    async fn write_changed<'q>(
+        &self,
+        statement: sqlx::query::Query<'q, Db, Args<'q>>,
+    ) -> Result<bool, StoreError> {
+        Ok(self.write_one(statement).await? > 0)
+    }
+
+    /// `write_returning` for a change the caches must see: a row returned
+    /// drops what they remember (see `RevocationEpoch`).
+    async fn write_revoking<'q, T: Row>(
+        &self,
+        statement: sqlx::query::QueryAs<'q, Db, T, Args<'q>>,
+    ) -> Result<Option<T>, StoreError> {
+        let row = self.write_returning(statement).await?;
+        if row.is_some() {
+            self.revocations().bump();
+        }
+        Ok(row)
+    }
+
+    /// Commits `tx`; then, if it revoked or changed what the caches remember,
+    /// drops what they remember.
+    async fn commit_revoking(&self, tx: Tx, revoked: bool) -> Result<(), StoreError> {
+        tx.commit().await?;
+        if revoked {
+            self.revocations().bump();
+        }
+        Ok(())
+    }
+
+    /// The row of `statement`, if any, read on a lent connection.
+    async fn read_optional<'q, T: Row>(
+        &self,
+        statement: sqlx::query::QueryAs<'q, Db, T, Args<'q>>,
+    ) -> Result<Option<T>, StoreError> {
+        Ok(statement.fetch_optional(&mut *self.lease().await?).await?)
+    }
+
+    /// The rows of `statement`, read on a lent connection.
+    async fn read_all<'q, T: Row>(
+        &self,
+        statement: sqlx::query::QueryAs<'q, Db, T, Args<'q>>,
+    ) -> Result<Vec<T>, StoreError> {
+        Ok(statement.fetch_all(&mut *self.lease().await?).await?)
+    }
+
     /// The rows of `select`, a statement that ends in an open `IN (`, for the
     /// given values.
-    async fn fetch_in<T>(&self, select: String, values: &[String]) -> Result<Vec<T>, StoreError>
-    where
-        T: for<'r> sqlx::FromRow<'r, <Db as sqlx::Database>::Row> + Send + Unpin,
-    {
+    async fn fetch_in<T: Row>(
+        &self,
+        select: String,
+        values: &[String],
+    ) -> Result<Vec<T>, StoreError> {
         let mut query = sqlx::QueryBuilder::<Db>::new(select);
         push_binds(&mut query, values.iter().cloned());
         query.push(")");

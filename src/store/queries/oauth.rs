@@ -42,10 +42,8 @@ impl OAuthStore for ThisStore {
             crate::store::sql::app_columns!(),
             " FROM apps WHERE client_id = $1",
         );
-        Ok(sqlx::query_as::<_, App>(SQL)
-            .bind(client_id)
-            .fetch_optional(&mut *self.lease().await?)
-            .await?)
+        self.read_optional(sqlx::query_as::<_, App>(SQL).bind(client_id))
+            .await
     }
 
     #[tracing::instrument(skip_all)]
@@ -54,21 +52,7 @@ impl OAuthStore for ThisStore {
         client_id: &str,
         suspended: bool,
     ) -> Result<Option<App>, StoreError> {
-        const SQL: &str = concat!(
-            "UPDATE apps SET suspended = $2 WHERE client_id = $1 RETURNING ",
-            crate::store::sql::app_columns!(),
-        );
-        let app = self
-            .write_returning(
-                sqlx::query_as::<_, App>(SQL)
-                    .bind(client_id)
-                    .bind(suspended),
-            )
-            .await?;
-        if app.is_some() {
-            self.revocations().bump();
-        }
-        Ok(app)
+        self.set_app_flag("suspended", client_id, suspended).await
     }
 
     #[tracing::instrument(skip_all)]
@@ -77,22 +61,9 @@ impl OAuthStore for ThisStore {
         client_id: &str,
         introspect_any: bool,
     ) -> Result<Option<App>, StoreError> {
-        const SQL: &str = concat!(
-            "UPDATE apps SET introspect_any = $2 WHERE client_id = $1 RETURNING ",
-            crate::store::sql::app_columns!(),
-        );
-        let app = self
-            .write_returning(
-                sqlx::query_as::<_, App>(SQL)
-                    .bind(client_id)
-                    .bind(introspect_any),
-            )
-            .await?;
         // Introspection remembers its caller's row a moment.
-        if app.is_some() {
-            self.revocations().bump();
-        }
-        Ok(app)
+        self.set_app_flag("introspect_any", client_id, introspect_any)
+            .await
     }
 
     #[tracing::instrument(skip_all)]
@@ -102,10 +73,8 @@ impl OAuthStore for ThisStore {
             crate::store::sql::app_columns!(),
             " FROM apps WHERE owner_id = $1 ORDER BY created_at, client_id",
         );
-        Ok(sqlx::query_as::<_, App>(SQL)
-            .bind(owner_id)
-            .fetch_all(&mut *self.lease().await?)
-            .await?)
+        self.read_all(sqlx::query_as::<_, App>(SQL).bind(owner_id))
+            .await
     }
 
     #[tracing::instrument(skip_all)]
@@ -120,22 +89,17 @@ impl OAuthStore for ThisStore {
              site_url = $6 WHERE client_id = $1 AND owner_id = $2 RETURNING ",
             crate::store::sql::app_columns!(),
         );
-        let app = self
-            .write_returning(
-                sqlx::query_as::<_, App>(SQL)
-                    .bind(client_id)
-                    .bind(owner_id)
-                    .bind(&update.name)
-                    .bind(&update.description)
-                    .bind(&update.redirect_url)
-                    .bind(&update.site_url),
-            )
-            .await?;
         // The token endpoint remembers apps (their redirect URL) a moment.
-        if app.is_some() {
-            self.revocations().bump();
-        }
-        Ok(app)
+        self.write_revoking(
+            sqlx::query_as::<_, App>(SQL)
+                .bind(client_id)
+                .bind(owner_id)
+                .bind(&update.name)
+                .bind(&update.description)
+                .bind(&update.redirect_url)
+                .bind(&update.site_url),
+        )
+        .await
     }
 
     #[tracing::instrument(skip_all)]
@@ -146,7 +110,7 @@ impl OAuthStore for ThisStore {
         digest: &str,
     ) -> Result<bool, StoreError> {
         let done = self
-            .write_one(
+            .write_changed(
                 sqlx::query(
                     "UPDATE apps SET secret_digest = $3 WHERE client_id = $1 AND owner_id = $2",
                 )
@@ -154,8 +118,7 @@ impl OAuthStore for ThisStore {
                 .bind(owner_id)
                 .bind(digest),
             )
-            .await?
-            > 0;
+            .await?;
         if done {
             self.revocations().bump();
         }
@@ -237,16 +200,17 @@ impl OAuthStore for ThisStore {
         &self,
         user_id: &str,
     ) -> Result<Vec<crate::store::ConsentRow>, StoreError> {
-        Ok(sqlx::query_as::<_, crate::store::ConsentRow>(
-            "SELECT a.client_id, a.name, c.scopes, c.created_at AS authorized_at, \
+        self.read_all(
+            sqlx::query_as::<_, crate::store::ConsentRow>(
+                "SELECT a.client_id, a.name, c.scopes, c.created_at AS authorized_at, \
              (SELECT MAX(g.last_used_at) FROM oauth_grants g \
               WHERE g.user_id = c.user_id AND g.client_id = c.client_id) AS last_used_at \
              FROM oauth_consents c JOIN apps a ON a.client_id = c.client_id \
              WHERE c.user_id = $1 ORDER BY c.created_at DESC, a.client_id",
+            )
+            .bind(user_id),
         )
-        .bind(user_id)
-        .fetch_all(&mut *self.lease().await?)
-        .await?)
+        .await
     }
 
     #[tracing::instrument(skip_all)]
@@ -285,10 +249,7 @@ impl OAuthStore for ThisStore {
         .execute(&mut *tx)
         .await?
         .rows_affected();
-        tx.commit().await?;
-        if tokens + grants > 0 {
-            self.revocations().bump();
-        }
+        self.commit_revoking(tx, tokens + grants > 0).await?;
         Ok(consents + grants > 0)
     }
 
@@ -361,16 +322,7 @@ impl OAuthStore for ThisStore {
                     tx.rollback().await?;
                     return Ok(CodeUse::Unknown);
                 }
-                // Locks the grant (PostgreSQL), so a revocation either
-                // came first and is seen here, or waits and then
-                // revokes these tokens too.
-                let live: Option<String> = sqlx::query_scalar(
-                    "UPDATE oauth_grants SET revoked_at = revoked_at \
-                     WHERE id = $1 AND revoked_at IS NULL RETURNING id",
-                )
-                .bind(&grant_id)
-                .fetch_optional(&mut *tx)
-                .await?;
+                let live = lock_live_grant(&mut tx, &grant_id).await?;
                 if live.is_none() {
                     CodeUse::Revoked
                 } else if let Err(reason) = check(&record) {
@@ -398,10 +350,7 @@ impl OAuthStore for ThisStore {
                 }
             }
         };
-        tx.commit().await?;
-        if revoked > 0 {
-            self.revocations().bump();
-        }
+        self.commit_revoking(tx, revoked > 0).await?;
         Ok(outcome)
     }
 
@@ -444,10 +393,7 @@ impl OAuthStore for ThisStore {
             ),
             _ => (RefreshUse::Invalid, 0),
         };
-        tx.commit().await?;
-        if revoked > 0 {
-            self.revocations().bump();
-        }
+        self.commit_revoking(tx, revoked > 0).await?;
         Ok(outcome)
     }
 
@@ -473,12 +419,11 @@ impl OAuthStore for ThisStore {
 
     #[tracing::instrument(skip_all)]
     async fn find_token(&self, digest: &str) -> Result<Option<TokenRecord>, StoreError> {
-        Ok(
+        self.read_optional(
             sqlx::query_as::<_, TokenRecord>(&crate::store::oauth::token_queries().token)
-                .bind(digest)
-                .fetch_optional(&mut *self.lease().await?)
-                .await?,
+                .bind(digest),
         )
+        .await
     }
 
     #[tracing::instrument(skip_all)]
@@ -486,12 +431,13 @@ impl OAuthStore for ThisStore {
         &self,
         digest: &str,
     ) -> Result<Option<TokenRecord>, StoreError> {
-        Ok(sqlx::query_as::<_, TokenRecord>(
-            &crate::store::oauth::token_queries().token_with_friends_count,
+        self.read_optional(
+            sqlx::query_as::<_, TokenRecord>(
+                &crate::store::oauth::token_queries().token_with_friends_count,
+            )
+            .bind(digest),
         )
-        .bind(digest)
-        .fetch_optional(&mut *self.lease().await?)
-        .await?)
+        .await
     }
 
     #[tracing::instrument(skip_all)]
@@ -545,11 +491,8 @@ impl OAuthStore for ThisStore {
                 revoke_grant(&mut tx, grant_id, now).await?;
             }
         }
-        tx.commit().await?;
         // A revocation that revoked nothing leaves the caches be (SPEC §9).
-        if found.is_some() {
-            self.revocations().bump();
-        }
+        self.commit_revoking(tx, found.is_some()).await?;
         Ok(found.is_some())
     }
 
@@ -557,10 +500,7 @@ impl OAuthStore for ThisStore {
     async fn revoke_grant(&self, grant_id: &str, now: i64) -> Result<(), StoreError> {
         let mut tx = self.write().await?;
         let revoked = revoke_grant(&mut tx, grant_id, now).await?;
-        tx.commit().await?;
-        if revoked > 0 {
-            self.revocations().bump();
-        }
+        self.commit_revoking(tx, revoked > 0).await?;
         Ok(())
     }
 
@@ -570,19 +510,20 @@ impl OAuthStore for ThisStore {
         user_id: &str,
         now: i64,
     ) -> Result<Vec<crate::store::PersonalToken>, StoreError> {
-        Ok(sqlx::query_as::<_, crate::store::PersonalToken>(
-            "SELECT g.id AS grant_id, g.scopes, g.created_at, g.last_used_at, \
+        self.read_all(
+            sqlx::query_as::<_, crate::store::PersonalToken>(
+                "SELECT g.id AS grant_id, g.scopes, g.created_at, g.last_used_at, \
              MAX(t.expires_at) AS expires_at \
              FROM oauth_grants g JOIN oauth_tokens t ON t.grant_id = g.id \
              WHERE g.user_id = $1 AND g.client_id IS NULL AND g.revoked_at IS NULL \
              AND t.revoked_at IS NULL AND t.expires_at > $2 \
              GROUP BY g.id, g.scopes, g.created_at, g.last_used_at \
              ORDER BY g.created_at DESC, g.id",
+            )
+            .bind(user_id)
+            .bind(now),
         )
-        .bind(user_id)
-        .bind(now)
-        .fetch_all(&mut *self.lease().await?)
-        .await?)
+        .await
     }
 
     #[tracing::instrument(skip_all)]
@@ -607,10 +548,7 @@ impl OAuthStore for ThisStore {
         if found {
             revoke_tokens_of(&mut tx, grant_id, now).await?;
         }
-        tx.commit().await?;
-        if found {
-            self.revocations().bump();
-        }
+        self.commit_revoking(tx, found).await?;
         Ok(found)
     }
 
@@ -633,6 +571,40 @@ impl OAuthStore for ThisStore {
         .await?;
         Ok(())
     }
+}
+
+impl ThisStore {
+    /// Sets one of an app's flags (`column`, a column name written here);
+    /// the app changed, if found.
+    async fn set_app_flag(
+        &self,
+        column: &'static str,
+        client_id: &str,
+        value: bool,
+    ) -> Result<Option<App>, StoreError> {
+        let sql = format!(
+            "UPDATE apps SET {column} = $2 WHERE client_id = $1 RETURNING {}",
+            crate::store::sql::app_columns!(),
+        );
+        self.write_revoking(sqlx::query_as::<_, App>(&sql).bind(client_id).bind(value))
+            .await
+    }
+}
+
+/// Locks a grant still live (on PostgreSQL its row, so a revocation either
+/// came first and is seen here, or waits and then revokes what is issued
+/// under it); its user, or `None` if it is revoked.
+pub(super) async fn lock_live_grant(
+    tx: &mut Tx,
+    grant_id: &str,
+) -> Result<Option<String>, StoreError> {
+    Ok(sqlx::query_scalar(
+        "UPDATE oauth_grants SET revoked_at = revoked_at \
+         WHERE id = $1 AND revoked_at IS NULL RETURNING user_id",
+    )
+    .bind(grant_id)
+    .fetch_optional(&mut **tx)
+    .await?)
 }
 
 pub(super) async fn insert_code(

@@ -14,49 +14,44 @@ impl OidcStore for ThisStore {
         first_of_alg: bool,
     ) -> Result<bool, StoreError> {
         let first = first_of_alg.then_some(key.alg.as_str());
-        let stored = self
-            .write_one(
-                sqlx::query(
-                    "INSERT INTO signing_keys \
+        self.write_changed(
+            sqlx::query(
+                "INSERT INTO signing_keys \
                      (kid, alg, public_jwk, private_sealed, created_at, signs_from, first_of_alg) \
                      VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING",
-                )
-                .bind(&key.kid)
-                .bind(&key.alg)
-                .bind(&key.public_jwk)
-                .bind(&key.private_sealed)
-                .bind(key.created_at)
-                .bind(key.signs_from)
-                .bind(first),
             )
-            .await?;
-        Ok(stored > 0)
+            .bind(&key.kid)
+            .bind(&key.alg)
+            .bind(&key.public_jwk)
+            .bind(&key.private_sealed)
+            .bind(key.created_at)
+            .bind(key.signs_from)
+            .bind(first),
+        )
+        .await
     }
 
     #[tracing::instrument(skip_all)]
     async fn signing_keys(&self) -> Result<Vec<SigningKeyRow>, StoreError> {
-        Ok(sqlx::query_as::<_, SigningKeyRow>(
+        self.read_all(sqlx::query_as::<_, SigningKeyRow>(
             "SELECT kid, alg, public_jwk, private_sealed, created_at, signs_from \
              FROM signing_keys ORDER BY created_at, kid",
-        )
-        .fetch_all(&mut *self.lease().await?)
-        .await?)
+        ))
+        .await
     }
 
     #[tracing::instrument(skip_all)]
     async fn set_id_token_alg(&self, client_id: &str, alg: &str) -> Result<bool, StoreError> {
-        let changed = self
-            .write_one(
-                sqlx::query(
-                    "INSERT INTO oidc_clients (client_id, id_token_alg) \
+        self.write_changed(
+            sqlx::query(
+                "INSERT INTO oidc_clients (client_id, id_token_alg) \
                      SELECT client_id, $2 FROM apps WHERE client_id = $1 \
                      ON CONFLICT (client_id) DO UPDATE SET id_token_alg = excluded.id_token_alg",
-                )
-                .bind(client_id)
-                .bind(alg),
             )
-            .await?;
-        Ok(changed > 0)
+            .bind(client_id)
+            .bind(alg),
+        )
+        .await
     }
 
     #[tracing::instrument(skip_all)]
@@ -86,15 +81,16 @@ impl OidcStore for ThisStore {
 
     #[tracing::instrument(skip_all)]
     async fn oidc_grant(&self, grant_id: &str) -> Result<Option<OidcGrant>, StoreError> {
-        Ok(sqlx::query_as::<_, OidcGrant>(
-            "SELECT o.auth_time, o.sid, o.nonce, o.acr, o.amr, c.id_token_alg \
+        self.read_optional(
+            sqlx::query_as::<_, OidcGrant>(
+                "SELECT o.auth_time, o.sid, o.nonce, o.acr, o.amr, c.id_token_alg \
              FROM oidc_grants o JOIN oauth_grants g ON g.id = o.grant_id \
              LEFT JOIN oidc_clients c ON c.client_id = g.client_id \
              WHERE o.grant_id = $1",
+            )
+            .bind(grant_id),
         )
-        .bind(grant_id)
-        .fetch_optional(&mut *self.lease().await?)
-        .await?)
+        .await
     }
 }
 

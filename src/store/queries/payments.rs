@@ -443,15 +443,16 @@ impl PaymentStore for ThisStore {
         &self,
         key: &crate::store::IdempotencyKey,
     ) -> Result<Option<crate::store::StoredIdempotencyKey>, StoreError> {
-        Ok(sqlx::query_as(
-            "SELECT fingerprint, payment_id, balance_cents FROM idempotency_keys \
+        self.read_optional(
+            sqlx::query_as(
+                "SELECT fingerprint, payment_id, balance_cents FROM idempotency_keys \
              WHERE owner_id = $1 AND key = $2 AND created_at >= $3",
+            )
+            .bind(&key.owner_id)
+            .bind(&key.key)
+            .bind(key.expired_before),
         )
-        .bind(&key.owner_id)
-        .bind(&key.key)
-        .bind(key.expired_before)
-        .fetch_optional(&mut *self.lease().await?)
-        .await?)
+        .await
     }
 
     #[tracing::instrument(skip_all)]
@@ -531,12 +532,13 @@ impl PaymentStore for ThisStore {
                 crate::store::payments::payment_columns_of("p")
             )
         });
-        Ok(sqlx::query_as::<_, crate::store::DuePayment>(&SQL)
-            .bind(settle_by)
-            .bind(expire_by)
-            .bind(limit)
-            .fetch_all(&mut *self.lease().await?)
-            .await?)
+        self.read_all(
+            sqlx::query_as::<_, crate::store::DuePayment>(&SQL)
+                .bind(settle_by)
+                .bind(expire_by)
+                .bind(limit),
+        )
+        .await
     }
 
     #[tracing::instrument(skip_all, fields(user_id))]

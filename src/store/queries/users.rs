@@ -86,10 +86,8 @@ impl UserStore for ThisStore {
             UserKey::Email(v) => (&BY[2], v),
             UserKey::Phone(v) => (&BY[3], v),
         };
-        Ok(sqlx::query_as::<_, User>(sql)
-            .bind(value)
-            .fetch_optional(&mut *self.lease().await?)
-            .await?)
+        self.read_optional(sqlx::query_as::<_, User>(sql).bind(value))
+            .await
     }
 
     #[tracing::instrument(skip_all, fields(count = ids.len()))]
@@ -117,14 +115,16 @@ impl UserStore for ThisStore {
                      ORDER BY lower(username), id LIMIT $4 OFFSET $5"
                 )
             });
-            return Ok(sqlx::query_as::<_, crate::store::User>(&SQL)
-                .bind(&s.pattern)
-                .bind(&s.email)
-                .bind(&s.phone)
-                .bind(s.limit)
-                .bind(s.offset)
-                .fetch_all(&mut *self.lease().await?)
-                .await?);
+            return self
+                .read_all(
+                    sqlx::query_as::<_, crate::store::User>(&SQL)
+                        .bind(&s.pattern)
+                        .bind(&s.email)
+                        .bind(&s.phone)
+                        .bind(s.limit)
+                        .bind(s.offset),
+                )
+                .await;
         };
         // Every name that contains the needle contains its first trigram:
         // walk that trigram's index entries in listing order, keep the users
@@ -150,7 +150,7 @@ impl UserStore for ThisStore {
             ]
         });
         let may_be_an_address = s.email.is_some() || s.phone.is_some();
-        Ok(
+        self.read_all(
             sqlx::query_as::<_, crate::store::User>(&SQL[usize::from(may_be_an_address)])
                 .bind(&s.pattern)
                 .bind(&s.email)
@@ -158,10 +158,9 @@ impl UserStore for ThisStore {
                 .bind(s.limit)
                 .bind(s.offset)
                 .bind(trigram)
-                .bind(s.limit.saturating_add(s.offset))
-                .fetch_all(&mut *self.lease().await?)
-                .await?,
+                .bind(s.limit.saturating_add(s.offset)),
         )
+        .await
     }
 
     #[tracing::instrument(skip_all, fields(user_id))]
@@ -176,19 +175,14 @@ impl UserStore for ThisStore {
              email_verified = (email_verified OR ($4 AND email IS NOT NULL)), \
              phone_verified = (phone_verified OR ($4 AND phone IS NOT NULL))"
         );
-        let user = self
-            .write_returning(
-                sqlx::query_as::<_, User>(SQL)
-                    .bind(user_id)
-                    .bind(flags.verified)
-                    .bind(flags.suspended)
-                    .bind(flags.verified == Some(true)),
-            )
-            .await?;
-        if user.is_some() {
-            self.revocations().bump();
-        }
-        Ok(user)
+        self.write_revoking(
+            sqlx::query_as::<_, User>(SQL)
+                .bind(user_id)
+                .bind(flags.verified)
+                .bind(flags.suspended)
+                .bind(flags.verified == Some(true)),
+        )
+        .await
     }
 
     #[tracing::instrument(skip_all)]
@@ -288,12 +282,13 @@ impl UserStore for ThisStore {
                 crate::store::payments::prefixed(crate::store::sql::USER_COLUMNS, "u")
             )
         });
-        Ok(sqlx::query_as::<_, crate::store::User>(&SQL)
-            .bind(user_id)
-            .bind(after.unwrap_or(""))
-            .bind(limit)
-            .fetch_all(&mut *self.lease().await?)
-            .await?)
+        self.read_all(
+            sqlx::query_as::<_, crate::store::User>(&SQL)
+                .bind(user_id)
+                .bind(after.unwrap_or(""))
+                .bind(limit),
+        )
+        .await
     }
 
     #[tracing::instrument(skip_all)]
