@@ -223,8 +223,8 @@ pub(crate) static PG_HOLDS_SQL: std::sync::LazyLock<String> = std::sync::LazyLoc
     )
 });
 
-/// On SQLite, the statements of a write that the group writer runs (the
-/// store's `write_batch`) open this savepoint first and release it last, so
+/// On SQLite, the statements of a write that the group writer runs open this
+/// savepoint first and release it last, so
 /// that the writer can roll back just that write when one of them fails,
 /// without trips of its own before and after it.
 macro_rules! sqlite_savepoint {

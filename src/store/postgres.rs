@@ -10,7 +10,9 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
+mod audit;
 mod functions;
+mod rotate;
 
 /// PostgreSQL, shared by every instance of a deployment. Writes rely on guarded
 /// updates and row locks rather than on a single writer.
@@ -80,7 +82,19 @@ fn read_users(statements: Arc<Lender<Postgres>>) -> ReadUsers {
     })
 }
 
-impl queries::Connections for PgStore {
+impl PgStore {
+    /// Runs `batch`, one statement that is its own transaction.
+    async fn write_batch<O, F>(&self, batch: F) -> Result<O, StoreError>
+    where
+        O: Send + 'static,
+        F: for<'c> FnOnce(&'c mut sqlx::PgConnection) -> BatchFuture<'c, O> + Send + 'static,
+    {
+        let mut conn = self.statements.lease().await?;
+        Ok(batch(&mut conn).await?)
+    }
+}
+
+impl queries::Backend for PgStore {
     /// The migrations, then the database functions (`functions.rs`). Each
     /// takes an advisory lock, so instances starting together are safe.
     async fn run_migrations(&self) -> Result<(), StoreError> {
@@ -143,24 +157,21 @@ impl queries::Connections for PgStore {
         Ok(tx)
     }
 
-    /// Runs `batch`, one statement that is its own transaction.
-    async fn write_batch<O, F>(&self, batch: F) -> Result<O, StoreError>
-    where
-        O: Send + 'static,
-        F: for<'c> FnOnce(&'c mut sqlx::PgConnection) -> BatchFuture<'c, O> + Send + 'static,
-    {
-        let mut conn = self.statements.lease().await?;
-        Ok(batch(&mut conn).await?)
-    }
-
-    async fn record_in_batch(
+    /// A pay in one call of `pay_batch` with the pays queued beside it, or,
+    /// when the batcher hands it back, alone: the new-payment statement, one
+    /// statement that is all or nothing by itself.
+    async fn record_pay(
         &self,
         insert: &PaymentInsert,
-    ) -> Result<Option<super::payments::Recorded>, StoreError> {
-        Ok(match self.pays.pay(insert).await? {
-            Batched::Recorded(recorded) => Some(recorded),
-            Batched::Alone => None,
-        })
+    ) -> Result<super::payments::Recorded, StoreError> {
+        if let Batched::Recorded(recorded) = self.pays.pay(insert).await? {
+            return Ok(recorded);
+        }
+        let statements = Self::payment_statements(insert)?;
+        let rows = self
+            .write_batch(move |conn| Box::pin(statements.fetch_all(conn)))
+            .await?;
+        Self::recorded(insert, &rows)
     }
 
     fn user_reads(&self) -> &Arc<UserReads> {
@@ -208,30 +219,23 @@ impl queries::Connections for PgStore {
         )
     }
 
-    /// One statement of its own: data-modifying CTEs.
-    async fn rotate_in_batch(
+    /// One statement of its own: data-modifying CTEs (`postgres/rotate.rs`).
+    async fn rotate(
         &self,
-        _token: super::Presented<'_>,
-        _successors: &[super::NewToken],
-    ) -> Result<Option<Option<super::RotatedGrant>>, StoreError> {
-        Ok(None)
+        token: super::Presented<'_>,
+        successors: &[super::NewToken],
+    ) -> Result<Option<super::RotatedGrant>, StoreError> {
+        self.rotate_in_one_statement(token, successors).await
     }
 
-    async fn snapshot(&self) -> Result<Transaction<'static, Postgres>, StoreError> {
-        Ok(self
-            .pool
-            .begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-            .await?)
-    }
-
-    /// The statements of `PaymentStore::audit_snapshot` read it: merge joins
-    /// over the covering indexes (see `AUDIT_SETTINGS`).
-    async fn own_audit_snapshot(
+    /// Sums and the suspects' pass in SQL: merge joins over the covering
+    /// indexes (`postgres/audit.rs`).
+    async fn read_audit_snapshot(
         &self,
-        _chunk: i64,
-        _each: &mut (dyn FnMut(crate::store::AuditChunk) + Send),
-    ) -> Result<Option<crate::store::AuditSnapshot>, StoreError> {
-        Ok(None)
+        chunk: i64,
+        each: &mut (dyn FnMut(crate::store::AuditChunk) + Send),
+    ) -> Result<crate::store::AuditSnapshot, StoreError> {
+        self.audit_snapshot_in_sql(chunk, each).await
     }
 
     fn revocations(&self) -> &RevocationEpoch {
@@ -259,42 +263,6 @@ const TO_ACCOUNT_SQL: (&str, &str) = (
     super::payments::PG_HOLD_TO_ACCOUNT_SQL,
     super::payments::PG_CHARGE_TO_ACCOUNT_SQL,
 );
-
-/// The audit's snapshot reads every sum in the order of an index that holds
-/// all it needs: the covering indexes on ledger_entries, and the payments'
-/// primary key walked beside the entries' payment index (merge joins). The
-/// planner would rather hash or sort millions of rows, which takes several
-/// times as long and can spill to disk; work_mem is room for what must still
-/// be sorted. No JIT, whose compiling costs seconds and saves none. No
-/// parallel workers: the scans cost little per row, so splitting them saves
-/// little, and on a busy or one-core server the workers only add their
-/// start-up and the merging of their partial results. Measurements:
-/// docs/decisions/011-audit-at-scale.md.
-const AUDIT_SETTINGS: &[&str] = &[
-    "SET LOCAL work_mem = '64MB'",
-    "SET LOCAL jit = off",
-    "SET LOCAL max_parallel_workers_per_gather = 0",
-    "SET LOCAL enable_hashagg = off",
-    "SET LOCAL enable_hashjoin = off",
-    "SET LOCAL enable_sort = off",
-];
-/// The audit's sum of cents: `sum_cents` (a database aggregate) adds
-/// bigints into a bigint; the built-in `sum` answers numeric, whose making and
-/// comparing, once per payment and per movement, cost about a second of the
-/// audit at a million payments.
-const AUDIT_SUM: &str = "sum_cents";
-
-/// The audit's list of suspect payment ids, as a JSON array.
-const AUDIT_JSON_LIST: &str = "json_agg";
-/// Entries that name no payment, looked for only when the suspects' pass
-/// matched fewer entries than name a payment: the payment index and the
-/// payments' primary key walked side by side (a merge anti-join, see
-/// `AUDIT_SETTINGS`), then the few left made distinct. Distinct first, PostgreSQL would hash or
-/// sort the millions of entries, then look up each payment.
-const AUDIT_ENTRIES_WITHOUT_PAYMENT: &str = "\
-    SELECT DISTINCT e.payment_id FROM ledger_entries e \
-    WHERE e.payment_id IS NOT NULL AND NOT EXISTS ( \
-      SELECT 1 FROM payments p WHERE p.id = e.payment_id AND p.kind = 'payment')";
 
 type Db = Postgres;
 type ThisStore = PgStore;

@@ -1,8 +1,8 @@
-use super::pool::{connections_per_core, BatchFuture, Lease, Lender, RevocationEpoch};
+use super::pool::{connections_per_core, Lease, Lender, RevocationEpoch};
 use super::user_reads::{user_with_friends_count_columns, ReadUsers, UserReads};
 use super::*;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
-use sqlx::{Connection, Sqlite, SqliteConnection, SqlitePool, Transaction};
+use sqlx::{Connection, Sqlite, SqlitePool, Transaction};
 use std::path::PathBuf;
 use std::str::FromStr;
 use std::sync::Arc;
@@ -175,7 +175,7 @@ impl SqliteStore {
     }
 }
 
-impl queries::Connections for SqliteStore {
+impl queries::Backend for SqliteStore {
     async fn run_migrations(&self) -> Result<(), StoreError> {
         sqlx::migrate!("migrations/sqlite")
             .run(&self.writer)
@@ -268,32 +268,18 @@ impl queries::Connections for SqliteStore {
         self.write().await
     }
 
-    /// In a write transaction of its own: the writes that are hot on SQLite
-    /// go to the group writer by `record_in_batch`, `rotate_in_batch` and
-    /// `settle_in_batch`.
-    async fn write_batch<O, F>(&self, batch: F) -> Result<O, StoreError>
-    where
-        O: Send + 'static,
-        F: for<'c> FnOnce(&'c mut SqliteConnection) -> BatchFuture<'c, O> + Send + 'static,
-    {
-        let mut tx = self.write().await?;
-        let out = batch(&mut tx).await?;
-        tx.commit().await?;
-        Ok(out)
-    }
-
     /// Every new payment without an Idempotency-Key: the group writer
     /// commits it with the writes queued beside it.
-    async fn record_in_batch(
+    async fn record_pay(
         &self,
         insert: &crate::store::PaymentInsert,
-    ) -> Result<Option<crate::store::payments::Recorded>, StoreError> {
+    ) -> Result<crate::store::payments::Recorded, StoreError> {
         let write = GroupWrite::statements(
             Self::payment_sql(insert),
             group_writes::payment_params(insert)?,
         );
         let rows = self.group_writer.write(write).await?;
-        Ok(Some(group_writes::recorded(insert, &rows)?))
+        group_writes::recorded(insert, &rows)
     }
 
     fn user_reads(&self) -> &Arc<UserReads> {
@@ -302,19 +288,18 @@ impl queries::Connections for SqliteStore {
 
     /// Every rotation: the group writer commits it with the writes queued
     /// beside it.
-    async fn rotate_in_batch(
+    async fn rotate(
         &self,
         token: Presented<'_>,
         successors: &[NewToken],
-    ) -> Result<Option<Option<RotatedGrant>>, StoreError> {
+    ) -> Result<Option<RotatedGrant>, StoreError> {
         let rows = self
             .group_writer
             .write(group_writes::rotation(token, successors))
             .await?;
-        Ok(Some(match rows.last() {
-            Some(row) => Some(group_writes::rotated_grant(row)?),
-            None => None,
-        }))
+        rows.last()
+            .map(|row| group_writes::rotated_grant(row))
+            .transpose()
     }
 
     /// Every round: the group writer commits it with the writes queued
@@ -368,19 +353,14 @@ impl queries::Connections for SqliteStore {
         Ok(settled)
     }
 
-    /// A read transaction sees one snapshot of the WAL.
-    async fn snapshot(&self) -> Result<Transaction<'static, Sqlite>, StoreError> {
-        Ok(self.reader.begin().await?)
-    }
-
     /// Read on a connection of its own, in one read transaction, by a walk of
     /// the payment index (`sqlite/audit.rs`), on a blocking thread; the
     /// suspects come back a chunk at a time, so no more than one is held.
-    async fn own_audit_snapshot(
+    async fn read_audit_snapshot(
         &self,
         chunk: i64,
         each: &mut (dyn FnMut(crate::store::AuditChunk) + Send),
-    ) -> Result<Option<crate::store::AuditSnapshot>, StoreError> {
+    ) -> Result<crate::store::AuditSnapshot, StoreError> {
         let path = self.path.clone();
         let (chunks, mut read) = tokio::sync::mpsc::channel(1);
         let reading = tokio::task::spawn_blocking(move || {
@@ -392,11 +372,10 @@ impl queries::Connections for SqliteStore {
         while let Some(suspects) = read.recv().await {
             each(suspects);
         }
-        let snapshot = reading
+        reading
             .await
             .map_err(|e| StoreError::Unexpected(anyhow::Error::new(e)))?
-            .map_err(group::store_error)?;
-        Ok(Some(snapshot))
+            .map_err(group::store_error)
     }
 
     fn revocations(&self) -> &RevocationEpoch {
@@ -575,23 +554,6 @@ const TO_ACCOUNT_SQL: (&str, &str) = (
     super::payments::SQLITE_CHARGE_TO_ACCOUNT_SQL,
 );
 
-/// The shared audit statements' dialect. SQLite reads its audit its own way
-/// (`own_audit_snapshot`, `sqlite/audit.rs`), so these only keep the shared
-/// code whole: its planner would need no settings.
-const AUDIT_SETTINGS: &[&str] = &[];
-/// The audit's sum of cents: SQLite's own sum of integers is one.
-const AUDIT_SUM: &str = "SUM";
-/// The audit's list of suspect payment ids, as a JSON array.
-const AUDIT_JSON_LIST: &str = "json_group_array";
-/// Entries that name no payment, looked for only when the suspects' pass
-/// matched fewer entries than name a payment: each named payment once (read in order from
-/// the payment index), then looked up.
-const AUDIT_ENTRIES_WITHOUT_PAYMENT: &str = "\
-    SELECT e.payment_id FROM (SELECT DISTINCT payment_id FROM ledger_entries \
-      WHERE payment_id IS NOT NULL) e \
-    WHERE NOT EXISTS ( \
-      SELECT 1 FROM payments p WHERE p.id = e.payment_id AND p.kind = 'payment')";
-
 type Db = Sqlite;
 type ThisStore = SqliteStore;
 const NAME: &str = "sqlite";
@@ -604,7 +566,7 @@ mod queries;
 
 #[cfg(test)]
 mod tests {
-    use super::queries::Connections;
+    use super::queries::Backend;
     use super::*;
 
     /// Writes queued together commit in one group: one that fails half-way

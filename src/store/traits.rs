@@ -474,7 +474,7 @@ pub trait PaymentStore: Send + Sync {
 
     /// A consistent snapshot for the audit: the account-level figures, and the
     /// payments that may disagree with their ledger entries or refunds (found in
-    /// SQL; see `sql::audit_suspects`) with their entries, handed to `each` up to
+    /// SQL on PostgreSQL, `postgres/audit.rs`; by one walk on SQLite) with their entries, handed to `each` up to
     /// `chunk` payments at a time in id order, all read in one transaction so the
     /// ledger is never held in memory at once.
     async fn audit_snapshot(

@@ -1,7 +1,7 @@
 //! What an account goes through besides its row: verification of its
 //! addresses, the sign-in throttle, ended browser sessions.
 
-use super::{Connections, ThisStore, Tx, KEY_LOCK};
+use super::{Backend, ThisStore, Tx, KEY_LOCK};
 use crate::store::{AccountStore, StoreError, User};
 
 #[async_trait::async_trait]

@@ -1,7 +1,7 @@
 //! The device authorization grant's codes (RFC 8628): stored, answered at
 //! `/device`, and spent by one poll.
 
-use super::{Connections, ThisStore};
+use super::{Backend, ThisStore};
 use crate::store::{
     DeviceCodeRow, DeviceDecide, DevicePoll, DeviceStep, DeviceStore, NewDeviceCode, NewGrant,
     NewOidcGrant, NewToken, PendingDeviceCode, Presented, StoreError,

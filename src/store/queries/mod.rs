@@ -7,13 +7,12 @@
 //! What a backend supplies is named here and nowhere else: the items in the
 //! `use super::…` below (its sqlx database `Db`, its store `ThisStore`, its
 //! `NAME`, and its dialect: the constants `SKIP_LOCKED` and `KEY_LOCK`, the
-//! new-payment statements `HOLD_SQL` and
-//! `CHARGE_SQL` and, for a target account named by id, `TO_ACCOUNT_SQL`,
-//! user search's walk of a trigram's index entries (`USERS_NAMED_LIKE`),
-//! and the audit's planner settings, its sum of cents, its JSON list and the queries built on
-//! it), and its connection handling, the
-//! `Connections` trait. The files below take what they need from this module by
-//! name.
+//! new-payment statements `HOLD_SQL` and `CHARGE_SQL` and, for a target
+//! account named by id, `TO_ACCOUNT_SQL`, and user search's walk of a
+//! trigram's index entries, `USERS_NAMED_LIKE`), and the `Backend` trait:
+//! its connections and its hot operations, each written once in
+//! `sqlite.rs` or `postgres.rs`. Only what both backends run is here. The
+//! files below take what they need from this module by name.
 
 mod accounts;
 mod device;
@@ -23,10 +22,10 @@ mod payments;
 mod users;
 
 use super::{
-    Db, ThisStore, AUDIT_ENTRIES_WITHOUT_PAYMENT, AUDIT_JSON_LIST, AUDIT_SETTINGS, AUDIT_SUM,
-    CHARGE_SQL, HOLD_SQL, KEY_LOCK, NAME, SKIP_LOCKED, TO_ACCOUNT_SQL, USERS_NAMED_LIKE,
+    Db, ThisStore, CHARGE_SQL, HOLD_SQL, KEY_LOCK, NAME, SKIP_LOCKED, TO_ACCOUNT_SQL,
+    USERS_NAMED_LIKE,
 };
-use crate::store::pool::{BatchFuture, Lease, RevocationEpoch};
+use crate::store::pool::{Lease, RevocationEpoch};
 use crate::store::{Store, StoreError};
 use sqlx::Transaction;
 
@@ -40,8 +39,11 @@ impl<T> Row for T where T: for<'r> sqlx::FromRow<'r, <Db as sqlx::Database>::Row
 /// A transaction on this backend, which the helpers of a write take by `&mut`.
 type Tx = Transaction<'static, Db>;
 
-/// What a backend's connection handling gives the queries.
-pub(super) trait Connections {
+/// What each backend implements once, its own way: its connections and
+/// transactions, and its hot operations (pay, rotate, settle, settle due,
+/// the audit's snapshot). Every method is required: none answers "not
+/// handled here".
+pub(super) trait Backend {
     /// Applies pending migrations (on PostgreSQL, then installs the database
     /// functions of `sql/postgres/functions/`).
     async fn run_migrations(&self) -> Result<(), StoreError>;
@@ -66,34 +68,23 @@ pub(super) trait Connections {
     /// cannot stall sign-ins. Other connections see the commit at once.
     /// SQLite commits every transaction so (`synchronous = NORMAL`).
     async fn write_unsynced(&self) -> Result<Tx, StoreError>;
-    /// Runs `batch`, a write that is all or nothing by itself, on a
-    /// connection it lends: on PostgreSQL one statement, its own transaction;
-    /// on SQLite in a write transaction (its hot writes go to the group
-    /// writer instead, by the two methods below).
-    async fn write_batch<O, F>(&self, batch: F) -> Result<O, StoreError>
-    where
-        O: Send + 'static,
-        F: for<'c> FnOnce(&'c mut <Db as sqlx::Database>::Connection) -> BatchFuture<'c, O>
-            + Send
-            + 'static;
-    /// Writes a new payment without an Idempotency-Key together with the
-    /// ones queued beside it: on PostgreSQL the pays, in one statement; on
-    /// SQLite every one, committed by the group writer with the other writes
-    /// queued. `None` when it is to be written alone (`write_batch`).
-    async fn record_in_batch(
+    /// Writes a new payment without an Idempotency-Key (the hot pay): on
+    /// PostgreSQL a pay in one call of `pay_batch` with the pays queued
+    /// beside it, or alone in one statement; on SQLite every one, committed
+    /// by the group writer with the other writes queued.
+    async fn record_pay(
         &self,
         insert: &crate::store::PaymentInsert,
-    ) -> Result<Option<crate::store::payments::Recorded>, StoreError>;
+    ) -> Result<crate::store::payments::Recorded, StoreError>;
     /// Rotates a refresh token (the guarded spend, the grant read, the
-    /// successors written) together with the writes queued beside it, where
-    /// this backend does (SQLite's group writer): `Some` of the grant spent,
-    /// if any; `None` when it is to be rotated alone (PostgreSQL: one
-    /// statement of its own).
-    async fn rotate_in_batch(
+    /// successors written) as one write: on SQLite by the group writer with
+    /// the writes queued beside it, on PostgreSQL one statement of its own.
+    /// The grant spent, if the spend changed a row.
+    async fn rotate(
         &self,
         token: crate::store::Presented<'_>,
         successors: &[crate::store::NewToken],
-    ) -> Result<Option<Option<crate::store::RotatedGrant>>, StoreError>;
+    ) -> Result<Option<crate::store::RotatedGrant>, StoreError>;
     /// `/me`'s user reads, made together (`user_reads.rs`).
     fn user_reads(&self) -> &std::sync::Arc<crate::store::user_reads::UserReads>;
     /// Settles a round of pays (see `settle_payments`), as one write: on
@@ -115,17 +106,14 @@ pub(super) trait Connections {
         at: i64,
         limit: i64,
     ) -> Result<usize, StoreError>;
-    /// Begins a read transaction that sees one consistent snapshot.
-    async fn snapshot(&self) -> Result<Tx, StoreError>;
-    /// The audit's snapshot (see `Store::audit_snapshot`) where this backend
-    /// reads it its own way (SQLite: one walk of the payment index, see
-    /// `sqlite/audit.rs`); `None` where the statements of
-    /// `PaymentStore::audit_snapshot` read it (PostgreSQL).
-    async fn own_audit_snapshot(
+    /// The audit's snapshot (see `PaymentStore::audit_snapshot`): on SQLite
+    /// one walk of the payment index (`sqlite/audit.rs`), on PostgreSQL sums
+    /// and the suspects' pass in SQL (`postgres/audit.rs`).
+    async fn read_audit_snapshot(
         &self,
         chunk: i64,
         each: &mut (dyn FnMut(crate::store::AuditChunk) + Send),
-    ) -> Result<Option<crate::store::AuditSnapshot>, StoreError>;
+    ) -> Result<crate::store::AuditSnapshot, StoreError>;
     /// This store's count of committed revocations.
     fn revocations(&self) -> &RevocationEpoch;
 }

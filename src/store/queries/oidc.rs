@@ -1,6 +1,6 @@
 //! The OpenID Connect provider's state: signing keys and apps' choices.
 
-use super::{Connections, ThisStore, Tx};
+use super::{Backend, ThisStore, Tx};
 use crate::store::{
     NewCode, NewGrant, NewOidcGrant, OidcGrant, OidcStore, SigningKeyRow, StoreError,
 };

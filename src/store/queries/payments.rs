@@ -4,11 +4,10 @@
 //! changes state exactly once however many instances race for it.
 
 use super::{
-    push_binds, Args, Connections, Db, ThisStore, AUDIT_ENTRIES_WITHOUT_PAYMENT, AUDIT_JSON_LIST,
-    AUDIT_SETTINGS, AUDIT_SUM, CHARGE_SQL, HOLD_SQL, SKIP_LOCKED, TO_ACCOUNT_SQL,
+    push_binds, Args, Backend, Db, ThisStore, CHARGE_SQL, HOLD_SQL, SKIP_LOCKED, TO_ACCOUNT_SQL,
 };
 use crate::store::payments::Recorded;
-use crate::store::{AccountBalance, AuditSnapshot, LedgerSum, Movement, PaymentStore, StoreError};
+use crate::store::{AuditSnapshot, Movement, PaymentStore, StoreError};
 
 impl ThisStore {
     /// Takes an Idempotency-Key for this transaction, forgetting an
@@ -110,7 +109,7 @@ impl ThisStore {
 
     /// [`Self::payment_sql`] with every value bound: the new payment with its
     /// parties and, for a pay, the hold the ledger decided.
-    fn payment_statements(
+    pub(crate) fn payment_statements(
         insert: &crate::store::PaymentInsert,
     ) -> Result<sqlx::query::Query<'static, Db, Args<'static>>, StoreError> {
         let p = &insert.payment;
@@ -132,7 +131,7 @@ impl ThisStore {
     }
 
     /// What the payment statements' rows say; see [`Recorded`].
-    fn recorded(
+    pub(crate) fn recorded(
         insert: &crate::store::PaymentInsert,
         rows: &[<Db as sqlx::Database>::Row],
     ) -> Result<Recorded, StoreError> {
@@ -263,16 +262,7 @@ impl PaymentStore for ThisStore {
             },
         };
         let Some(key) = &insert.idempotency else {
-            if let Some(recorded) = self.record_in_batch(insert).await? {
-                return Ok(outcome(recorded));
-            }
-            // One trip: the statements are all or nothing by themselves.
-            let statements = Self::payment_statements(insert)?;
-            // Every row, so that each of SQLite's statements runs.
-            let rows = self
-                .write_batch(move |conn| Box::pin(statements.fetch_all(conn)))
-                .await?;
-            return Ok(outcome(Self::recorded(insert, &rows)?));
+            return Ok(outcome(self.record_pay(insert).await?));
         };
         let mut tx = self.write().await?;
         if !Self::take_idempotency_key(&mut tx, key).await? {
@@ -621,123 +611,6 @@ impl PaymentStore for ThisStore {
         chunk: i64,
         each: &mut (dyn FnMut(crate::store::AuditChunk) + Send),
     ) -> Result<AuditSnapshot, StoreError> {
-        if let Some(snapshot) = self.own_audit_snapshot(chunk, each).await? {
-            return Ok(snapshot);
-        }
-        // Every sum is taken in SQL; the covering indexes on ledger_entries
-        // let each be read from an index alone.
-        let mut tx = self.snapshot().await?;
-        run_each(&mut tx, AUDIT_SETTINGS).await?;
-        let balances = sqlx::query_as::<_, AccountBalance>(
-            "SELECT id AS user_id, username, balance_cents FROM users ORDER BY id",
-        )
-        .fetch_all(&mut *tx)
-        .await?;
-        // With each account's sum, its count of entries: with the count of
-        // the entries that name no payment (from an index that holds only
-        // them), it tells how many name one, without a walk of the ledger.
-        let by_account = sqlx::query_as::<_, (String, i64, i64)>(&format!(
-            "SELECT account, {AUDIT_SUM}(amount_cents), COUNT(*) \
-             FROM ledger_entries GROUP BY account ORDER BY account"
-        ))
-        .fetch_all(&mut *tx)
-        .await?;
-        let entries: i64 = by_account.iter().map(|(_, _, count)| count).sum();
-        let ledger_sums: Vec<LedgerSum> = by_account
-            .into_iter()
-            .map(|(account, total_cents, _)| LedgerSum {
-                account,
-                total_cents,
-            })
-            .collect();
-        let unbalanced_movements = sqlx::query_as::<_, LedgerSum>(&format!(
-            "SELECT movement_id AS account, {AUDIT_SUM}(amount_cents) AS total_cents \
-             FROM ledger_entries GROUP BY movement_id HAVING {AUDIT_SUM}(amount_cents) <> 0"
-        ))
-        .fetch_all(&mut *tx)
-        .await?;
-        let pending_pay_cents: i64 = sqlx::query_scalar(
-            "SELECT CAST(COALESCE(SUM(amount_cents), 0) AS BIGINT) FROM payments \
-             WHERE kind = 'payment' AND action = 'pay' AND status = 'pending'",
-        )
-        .fetch_one(&mut *tx)
-        .await?;
-        // Each payment's entries, net by account, against what its action
-        // and status say moved, and its refund against the refund rule, in
-        // one pass in SQL: only the ids of the payments that disagree come
-        // back, to be read again below and worded by the audit.
-        let (suspects, matched_entries): (String, i64) = sqlx::query_as(
-            &crate::store::sql::audit_suspects(AUDIT_SUM, AUDIT_JSON_LIST),
-        )
-        .fetch_one(&mut *tx)
-        .await?;
-        let mut suspects: Vec<String> = serde_json::from_str(&suspects).map_err(|e| {
-            StoreError::Unexpected(anyhow::anyhow!("the audit's suspect list: {e}"))
-        })?;
-        // Entries that name a missing payment: only when the pass above
-        // matched fewer entries than name one are they looked for, with a
-        // second walk of the payment index.
-        let entries_naming_no_payment: i64 =
-            sqlx::query_scalar("SELECT COUNT(*) FROM ledger_entries WHERE payment_id IS NULL")
-                .fetch_one(&mut *tx)
-                .await?;
-        let entries_naming_payment = entries - entries_naming_no_payment;
-        let entries_without_payment: Vec<String> = if matched_entries == entries_naming_payment {
-            Vec::new()
-        } else {
-            sqlx::query_scalar(AUDIT_ENTRIES_WITHOUT_PAYMENT)
-                .fetch_all(&mut *tx)
-                .await?
-        };
-        suspects.sort();
-        for ids in suspects.chunks(chunk.max(1) as usize) {
-            let mut payments_query = sqlx::QueryBuilder::<Db>::new(
-                "SELECT p.id, p.action, p.status, p.actor_id, p.target_user_id, \
-                 p.amount_cents, r.amount_cents AS refund_amount_cents, \
-                 r.target_user_id AS refund_target_id \
-                 FROM payments p LEFT JOIN payments r ON r.id = p.refund_payment_id \
-                 WHERE p.kind = 'payment' AND p.id IN (",
-            );
-            let mut entries_query = sqlx::QueryBuilder::<Db>::new(
-                "SELECT payment_id, account, amount_cents AS total_cents \
-                 FROM ledger_entries WHERE payment_id IN (",
-            );
-            for query in [&mut payments_query, &mut entries_query] {
-                push_binds(query, ids.iter().cloned());
-                query.push(")");
-            }
-            let mut payments = payments_query
-                .build_query_as::<crate::store::AuditPayment>()
-                .fetch_all(&mut *tx)
-                .await?;
-            payments.sort_by(|a, b| a.id.cmp(&b.id));
-            let payment_entries = entries_query
-                .build_query_as::<crate::store::PaymentEntrySum>()
-                .fetch_all(&mut *tx)
-                .await?;
-            each(crate::store::AuditChunk {
-                payments,
-                payment_entries,
-            });
-        }
-        tx.commit().await?;
-        Ok(AuditSnapshot {
-            balances,
-            ledger_sums,
-            unbalanced_movements,
-            pending_pay_cents,
-            entries_without_payment,
-        })
+        self.read_audit_snapshot(chunk, each).await
     }
-}
-
-/// Runs each statement in turn (session settings).
-async fn run_each(
-    tx: &mut sqlx::Transaction<'static, Db>,
-    statements: &[&str],
-) -> Result<(), StoreError> {
-    for statement in statements {
-        sqlx::query(statement).execute(&mut **tx).await?;
-    }
-    Ok(())
 }

@@ -1,6 +1,6 @@
 //! Users and their friendships.
 
-use super::{Connections, ThisStore, USERS_NAMED_LIKE};
+use super::{Backend, ThisStore, USERS_NAMED_LIKE};
 use crate::store::{NewUser, StoreError, User, UserFlags, UserKey, UserStore};
 
 /// `UPDATE users SET <set> WHERE id = $1`, returning the row as changed: the

@@ -1,7 +1,7 @@
 //! The audit's snapshot on SQLite, read on a connection of its own (rusqlite)
 //! in one read transaction.
 //!
-//! Why not the shared SQL (`sql::audit_suspects`, which PostgreSQL runs): the
+//! Why not PostgreSQL's SQL (`audit_suspects` in `postgres/audit.rs`): the
 //! sums by account came from an index on the entries' account, which every pay
 //! and settlement writes at scattered places (about two WAL pages a pay;
 //! docs/decisions/011-audit-at-scale.md has what dropping it bought), and
