@@ -6,7 +6,8 @@
 //! a batch half-way, nor leave the work queued behind it unanswered) that
 //! takes what is queued, its own first, runs it, and goes on until the queue
 //! is empty. Nothing waits for a timer, so a lone caller's work runs at once.
-//! PostgreSQL's pay batches and `/me`'s user reads use it.
+//! The one leader protocol of both backends: SQLite's group writer (one
+//! leader), PostgreSQL's pay batches and `/me`'s user reads use it.
 
 use super::StoreError;
 use std::collections::VecDeque;

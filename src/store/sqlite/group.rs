@@ -22,12 +22,13 @@
 //! each other, and neither side ever finds the database locked.
 
 use super::writer::{page_limit, WalRestart, WriterHealth, WRITER_AUTOCHECKPOINT_PAGES};
+use crate::store::batch_queue::{take_front, BatchQueue};
 use crate::store::StoreError;
 use rusqlite::types::Value;
 use sqlx::SqlitePool;
 use std::borrow::Cow;
 use std::path::PathBuf;
-use std::sync::{mpsc, Arc, Mutex, PoisonError};
+use std::sync::{mpsc, Arc};
 use tokio::sync::oneshot;
 
 /// The most writes one group commits together.
@@ -108,36 +109,13 @@ struct Group {
     done: oneshot::Sender<Vec<Answered>>,
 }
 
-#[derive(Default)]
-struct WriteQueue {
-    jobs: Vec<Job>,
-    /// A leader is writing: it takes what is queued before it stops.
-    writing: bool,
-}
-
 pub(super) struct GroupWriter {
     /// sqlx's one writer, held while a group is written (see the module).
     writer: SqlitePool,
     thread: mpsc::Sender<Group>,
-    queue: Mutex<WriteQueue>,
-}
-
-/// A leader's turn. If it ends early (a panic, or its runtime shutting down),
-/// the writes still queued are dropped, so their callers answer 503 instead
-/// of waiting, and the next write leads.
-struct Leading<'a> {
-    writer: &'a GroupWriter,
-    finished: bool,
-}
-
-impl Drop for Leading<'_> {
-    fn drop(&mut self) {
-        if !self.finished {
-            let mut queue = self.writer.lock_queue();
-            queue.jobs.clear();
-            queue.writing = false;
-        }
-    }
+    /// The writes queued, and their one leader at a time (the leader
+    /// protocol PostgreSQL's pay batches and `/me`'s reads use too).
+    queue: BatchQueue<Job>,
 }
 
 impl GroupWriter {
@@ -168,7 +146,7 @@ impl GroupWriter {
         Ok(Self {
             writer,
             thread,
-            queue: Mutex::default(),
+            queue: BatchQueue::new(1),
         })
     }
 
@@ -176,11 +154,7 @@ impl GroupWriter {
     /// ran in has committed.
     pub(super) async fn write(self: &Arc<Self>, write: GroupWrite) -> Result<Vec<Row>, StoreError> {
         let (answer, answered) = oneshot::channel();
-        let leads = {
-            let mut queue = self.lock_queue();
-            queue.jobs.push(Job { write, answer });
-            !std::mem::replace(&mut queue.writing, true)
-        };
+        let leads = self.queue.push(Job { write, answer });
         if leads {
             // A task of its own: a request that goes away cannot leave the
             // writes queued behind it unanswered.
@@ -195,27 +169,17 @@ impl GroupWriter {
         })?
     }
 
-    /// Commits what is queued, a group at a time, until nothing is. The
-    /// queue's lock decides: a write queued before the leader sees it empty
-    /// is taken by this leader, one queued after leads itself.
+    /// Commits what is queued, a group at a time (up to [`MAX_GROUP`]),
+    /// until nothing is. If the leader ends early (a panic, or its runtime
+    /// shutting down), the writes still queued are dropped, so their callers
+    /// answer 503 instead of waiting, and the next write leads.
     async fn write_queued(self: Arc<Self>) {
-        let mut leading = Leading {
-            writer: &self,
-            finished: false,
-        };
-        loop {
-            let jobs: Vec<Job> = {
-                let mut queue = self.lock_queue();
-                if queue.jobs.is_empty() {
-                    queue.writing = false;
-                    leading.finished = true;
-                    return;
-                }
-                let take = queue.jobs.len().min(MAX_GROUP);
-                queue.jobs.drain(..take).collect()
-            };
-            self.commit(jobs).await;
-        }
+        self.queue
+            .lead(
+                |queued| take_front(queued, MAX_GROUP),
+                |jobs| self.commit(jobs),
+            )
+            .await;
     }
 
     /// Has the group thread commit `jobs` while sqlx's writer is held.
@@ -246,10 +210,6 @@ impl GroupWriter {
                 }
             }
         }
-    }
-
-    fn lock_queue(&self) -> std::sync::MutexGuard<'_, WriteQueue> {
-        self.queue.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
