@@ -12,7 +12,7 @@
 use super::StoreError;
 use std::collections::VecDeque;
 use std::future::Future;
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use tokio::sync::oneshot;
 
 pub(crate) struct BatchQueue<T> {
@@ -100,6 +100,43 @@ impl<T> BatchQueue<T> {
     }
 }
 
+/// What queues its work in a [`BatchQueue`]: PostgreSQL's pay batches,
+/// `/me`'s user reads, SQLite's group writer.
+pub(crate) trait Batches: Send + Sync + 'static {
+    /// One caller's work, with where its answer goes.
+    type Item: Send + 'static;
+    /// Why a caller's answer channel closed unanswered (its batch ended
+    /// before answering it): told to that caller as unavailable (a 503).
+    const UNANSWERED: &'static str;
+    fn queue(&self) -> &BatchQueue<Self::Item>;
+    /// The next batch from the queue; it leaves the rest for later ones.
+    fn take(queued: &mut VecDeque<Self::Item>) -> Vec<Self::Item>;
+    /// Runs a batch and answers each of its items.
+    fn run(&self, batch: Vec<Self::Item>) -> impl Future<Output = ()> + Send + '_;
+}
+
+/// Queues the item `with` makes of its answer channel and waits for the
+/// answer. A caller that leads spawns the task that runs batches until the
+/// queue is empty (see the module).
+pub(crate) async fn submit<B: Batches, A>(
+    batches: &Arc<B>,
+    with: impl FnOnce(oneshot::Sender<Result<A, StoreError>>) -> B::Item,
+) -> Result<A, StoreError> {
+    let (answer, answered) = oneshot::channel();
+    if batches.queue().push(with(answer)) {
+        let leader = batches.clone();
+        tokio::spawn(async move {
+            leader
+                .queue()
+                .lead(B::take, |batch| leader.run(batch))
+                .await;
+        });
+    }
+    answered
+        .await
+        .map_err(|_| StoreError::Unavailable(sqlx::Error::Protocol(B::UNANSWERED.to_owned())))?
+}
+
 /// Answers the callers of a batch that failed with `error`: each is to run
 /// its work alone (to get its own answer) unless the database is unavailable,
 /// which each is told (a 503).
@@ -130,7 +167,6 @@ pub(crate) fn take_front<T>(queued: &mut VecDeque<T>, most: usize) -> Vec<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Arc;
 
     fn take_two(queued: &mut VecDeque<u32>) -> Vec<u32> {
         take_front(queued, 2)

@@ -10,12 +10,13 @@
 //! caller to write alone with the one-pay statement (one bad pay must not fail
 //! the others).
 
-use super::batch_queue::{answer_failed_batch, BatchQueue};
+use super::batch_queue::{answer_failed_batch, submit, BatchQueue, Batches};
 use super::payments::{ColumnValue, Recorded, PAYMENT_ROW, PG_HOLDS_SQL};
 use super::pool::Lender;
 use super::{PaymentInsert, RecordedToAccount, StoreError};
 use sqlx::{Postgres, Row};
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::future::Future;
 use std::sync::Arc;
 use tokio::sync::oneshot;
 
@@ -35,7 +36,7 @@ pub(crate) enum Batched {
 
 type Answer = oneshot::Sender<Result<Batched, StoreError>>;
 
-struct QueuedPay {
+pub(crate) struct QueuedPay {
     insert: PaymentInsert,
     answer: Answer,
 }
@@ -69,25 +70,32 @@ impl PayBatcher {
         if !batchable(insert) {
             return Ok(Batched::Alone);
         }
-        let (answer, answered) = oneshot::channel();
-        let leads = self.queue.push(QueuedPay {
+        submit(self, |answer| QueuedPay {
             insert: insert.clone(),
             answer,
-        });
-        if leads {
-            let batcher = self.clone();
-            tokio::spawn(async move {
-                let write = |batch| batcher.write(batch);
-                batcher.queue.lead(take_batch, write).await;
-            });
-        }
-        answered.await.map_err(|_| {
-            StoreError::Unavailable(sqlx::Error::Protocol(
-                "the pay batch could not run this pay".to_owned(),
-            ))
-        })?
+        })
+        .await
+    }
+}
+
+impl Batches for PayBatcher {
+    type Item = QueuedPay;
+    const UNANSWERED: &'static str = "the pay batch could not run this pay";
+
+    fn queue(&self) -> &BatchQueue<QueuedPay> {
+        &self.queue
     }
 
+    fn take(queued: &mut VecDeque<QueuedPay>) -> Vec<QueuedPay> {
+        take_batch(queued)
+    }
+
+    fn run(&self, batch: Vec<QueuedPay>) -> impl Future<Output = ()> + Send + '_ {
+        self.write(batch)
+    }
+}
+
+impl PayBatcher {
     /// Writes a batch and answers each of its pays.
     async fn write(&self, batch: Vec<QueuedPay>) {
         let rows = match self.statements.lease().await {

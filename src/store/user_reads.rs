@@ -10,7 +10,7 @@
 //! If a batch fails for something other than the database being
 //! unavailable, each of its requests reads alone, to get its own answer.
 
-use super::batch_queue::{answer_failed_batch, take_front, BatchQueue};
+use super::batch_queue::{answer_failed_batch, submit, take_front, BatchQueue, Batches};
 use super::models::UserWithFriendsCount;
 use super::{StoreError, User};
 use futures_util::future::BoxFuture;
@@ -48,7 +48,7 @@ pub(crate) enum BatchedRead {
     Alone,
 }
 
-struct QueuedRead {
+pub(crate) struct QueuedRead {
     user_id: String,
     answer: oneshot::Sender<Result<BatchedRead, StoreError>>,
 }
@@ -69,28 +69,32 @@ impl UserReads {
     /// Reads the user `user_id` and its friend count with the reads queued
     /// beside it, or says to read it alone.
     pub(crate) async fn read(self: &Arc<Self>, user_id: &str) -> Result<BatchedRead, StoreError> {
-        let (answer, answered) = oneshot::channel();
-        let leads = self.queue.push(QueuedRead {
+        submit(self, |answer| QueuedRead {
             user_id: user_id.to_owned(),
             answer,
-        });
-        if leads {
-            let reads = self.clone();
-            tokio::spawn(async move {
-                let read = |batch| reads.read_batch(batch);
-                reads
-                    .queue
-                    .lead(|queued| take_front(queued, MAX_BATCH), read)
-                    .await;
-            });
-        }
-        answered.await.map_err(|_| {
-            StoreError::Unavailable(sqlx::Error::Protocol(
-                "the user read batch could not run this read".to_owned(),
-            ))
-        })?
+        })
+        .await
+    }
+}
+
+impl Batches for UserReads {
+    type Item = QueuedRead;
+    const UNANSWERED: &'static str = "the user read batch could not run this read";
+
+    fn queue(&self) -> &BatchQueue<QueuedRead> {
+        &self.queue
     }
 
+    fn take(queued: &mut std::collections::VecDeque<QueuedRead>) -> Vec<QueuedRead> {
+        take_front(queued, MAX_BATCH)
+    }
+
+    fn run(&self, batch: Vec<QueuedRead>) -> impl std::future::Future<Output = ()> + Send + '_ {
+        self.read_batch(batch)
+    }
+}
+
+impl UserReads {
     /// Reads a batch and answers each of its requests.
     async fn read_batch(&self, batch: Vec<QueuedRead>) {
         let ids: Vec<String> = {

@@ -22,7 +22,7 @@
 //! each other, and neither side ever finds the database locked.
 
 use super::writer::{page_limit, WalRestart, WriterHealth, WRITER_AUTOCHECKPOINT_PAGES};
-use crate::store::batch_queue::{take_front, BatchQueue};
+use crate::store::batch_queue::{submit, take_front, BatchQueue, Batches};
 use crate::store::StoreError;
 use rusqlite::types::Value;
 use sqlx::SqlitePool;
@@ -98,7 +98,7 @@ type Answer = oneshot::Sender<Result<Vec<Row>, StoreError>>;
 /// A write's answer and where it goes.
 type Answered = (Answer, Result<Vec<Row>, StoreError>);
 
-struct Job {
+pub(crate) struct Job {
     write: GroupWrite,
     answer: Answer,
 }
@@ -153,35 +153,34 @@ impl GroupWriter {
     /// Queues `write` and waits for its rows, which come once the group it
     /// ran in has committed.
     pub(super) async fn write(self: &Arc<Self>, write: GroupWrite) -> Result<Vec<Row>, StoreError> {
-        let (answer, answered) = oneshot::channel();
-        let leads = self.queue.push(Job { write, answer });
-        if leads {
-            // A task of its own: a request that goes away cannot leave the
-            // writes queued behind it unanswered.
-            tokio::spawn(self.clone().write_queued());
-        }
         // Unanswered: the group failed before this write ran (or the writer
         // is gone with the store); nothing of it was written.
-        answered.await.map_err(|_| {
-            StoreError::Unavailable(sqlx::Error::Protocol(
-                "the SQLite writer could not run this write".to_owned(),
-            ))
-        })?
+        submit(self, |answer| Job { write, answer }).await
+    }
+}
+
+/// A leader takes up to [`MAX_GROUP`] writes a group, until nothing is
+/// queued. If it ends early (a panic, or its runtime shutting down), the
+/// writes still queued are dropped, so their callers answer 503 instead of
+/// waiting, and the next write leads.
+impl Batches for GroupWriter {
+    type Item = Job;
+    const UNANSWERED: &'static str = "the SQLite writer could not run this write";
+
+    fn queue(&self) -> &BatchQueue<Job> {
+        &self.queue
     }
 
-    /// Commits what is queued, a group at a time (up to [`MAX_GROUP`]),
-    /// until nothing is. If the leader ends early (a panic, or its runtime
-    /// shutting down), the writes still queued are dropped, so their callers
-    /// answer 503 instead of waiting, and the next write leads.
-    async fn write_queued(self: Arc<Self>) {
-        self.queue
-            .lead(
-                |queued| take_front(queued, MAX_GROUP),
-                |jobs| self.commit(jobs),
-            )
-            .await;
+    fn take(queued: &mut std::collections::VecDeque<Job>) -> Vec<Job> {
+        take_front(queued, MAX_GROUP)
     }
 
+    fn run(&self, jobs: Vec<Job>) -> impl std::future::Future<Output = ()> + Send + '_ {
+        self.commit(jobs)
+    }
+}
+
+impl GroupWriter {
     /// Has the group thread commit `jobs` while sqlx's writer is held.
     async fn commit(&self, jobs: Vec<Job>) {
         let held = match self.writer.acquire().await {
