@@ -5,6 +5,7 @@
 mod batch_queue;
 mod device;
 mod error;
+mod factors;
 mod models;
 mod oauth;
 mod oidc;
@@ -23,6 +24,7 @@ pub use device::{
     NewDeviceCode, PendingDeviceCode,
 };
 pub use error::StoreError;
+pub use factors::{Ceremony, FactorStore, Factors, PasskeyRow, TotpRow};
 pub use models::{
     accounts, AccountBalance, App, AppUpdate, AuditChunk, AuditPayment, AuditSnapshot, EntryKind,
     LedgerSum, Movement, NewApp, NewUser, PaymentEntrySum, ProfileUpdate, Retention, User,

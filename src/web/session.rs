@@ -102,7 +102,10 @@ pub async fn current_user(state: &AppState, session: &Session) -> Result<Option<
         return Ok(None);
     };
     if since.saturating_add(ttl_micros()) <= now_micros()
-        || state.store.session_ended(&session_id).await?
+        || state
+            .store
+            .session_ended(&session_id, &user_id, since)
+            .await?
     {
         session.purge();
         return Ok(None);

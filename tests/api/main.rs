@@ -16,6 +16,7 @@ mod config;
 mod device_grant;
 mod edge;
 mod edge_bounds;
+mod factor_store;
 mod fair_hashing;
 mod faults;
 mod health;
