@@ -131,6 +131,7 @@ async fn recipient(store: &dyn Store, to: &str) -> Result<TargetAddress, String>
 /// page, with the refused fields and their messages if any.
 pub async fn send(
     Page { state, session }: Page,
+    _: super::factors::SteppedUpPayment,
     form: PageForm<PayForm>,
     SignedIn(user): SignedIn,
 ) -> Result<HttpResponse, PageError> {
