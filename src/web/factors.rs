@@ -32,6 +32,7 @@ struct SecondFactorPage {
     csrf_token: String,
     heading: &'static str,
     lead: String,
+    code_label: &'static str,
     error: Option<String>,
     action: String,
     button: &'static str,
@@ -54,6 +55,24 @@ fn passkeys_offered(state: &AppState, factors: &Factors) -> bool {
     state.passkeys.is_some() && !factors.passkeys.is_empty()
 }
 
+/// The factors a user can confirm with, in words.
+fn what_to_use(state: &AppState, factors: &Factors) -> &'static str {
+    match (factors.has_totp(), passkeys_offered(state, factors)) {
+        (true, true) => "your authenticator app, a passkey or a recovery code",
+        (true, false) => "a code from your authenticator app or a recovery code",
+        (false, true) => "your passkey or a recovery code",
+        (false, false) => "a recovery code",
+    }
+}
+
+fn code_label(factors: &Factors) -> &'static str {
+    if factors.has_totp() {
+        "Code from your authenticator app, or a recovery code"
+    } else {
+        "A recovery code"
+    }
+}
+
 // --- The second step of a sign-in ---------------------------------------
 
 /// `GET /signin/second-factor`: asks the user whose password was right for a
@@ -66,9 +85,11 @@ pub async fn second_step(Page { state, session }: Page) -> Result<HttpResponse, 
     let template = SecondFactorPage {
         csrf_token: session::csrf_token(&session)?,
         heading: "One more step",
-        lead: "Your password is right. Now confirm it is you with your authenticator app, a \
-               passkey or a recovery code."
-            .to_owned(),
+        lead: format!(
+            "Your password is right. Now confirm it is you with {}.",
+            what_to_use(&state, &factors)
+        ),
+        code_label: code_label(&factors),
         error: session::take_flash(&session),
         action: "/signin/second-factor".to_owned(),
         button: "Sign in",
@@ -217,9 +238,8 @@ async fn require_fresh_factor(
     let template = SecondFactorPage {
         csrf_token: session::csrf_token(&session)?,
         heading: "Confirm it is you",
-        lead: format!(
-            "To {what}, confirm with your authenticator app, a passkey or a recovery code."
-        ),
+        lead: format!("To {what}, confirm with {}.", what_to_use(&state, &factors)),
+        code_label: code_label(&factors),
         error,
         action: req.path().to_owned(),
         button: "Confirm",

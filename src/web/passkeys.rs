@@ -80,7 +80,8 @@ fn ok(body: serde_json::Value) -> HttpResponse {
 }
 
 /// What every ceremony endpoint checks first: passkeys are offered here, the
-/// request comes from our own origin, and it carries the page's CSRF token.
+/// client IP is within the sign-in pages' rate limit, the request comes from
+/// our own origin, and it carries the page's CSRF token.
 fn admit<'a>(
     req: &HttpRequest,
     state: &'a AppState,
@@ -92,6 +93,12 @@ fn admit<'a>(
             "passkeys are not offered here".to_owned(),
         ));
     };
+    if state.rate_limits.check_oauth(client_ip(req)).is_err() {
+        return Err(Refusal(
+            StatusCode::TOO_MANY_REQUESTS,
+            "too many requests; try again later".to_owned(),
+        ));
+    }
     let presented = req
         .headers()
         .get("x-csrf-token")
