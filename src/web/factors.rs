@@ -184,7 +184,7 @@ fn fresh(state: &AppState, session: &Session) -> bool {
 /// used one in this session within `TALLY_STEP_UP_WINDOW`, or sent a right
 /// code with the form now (from the confirmation page); otherwise answers
 /// the confirmation page, which sends the same form again with a code.
-async fn require_fresh_factor(
+pub(super) async fn require_fresh_factor(
     req: &HttpRequest,
     fields: Vec<(String, String)>,
     what: &str,
@@ -254,7 +254,7 @@ async fn require_fresh_factor(
 }
 
 /// What a sensitive action is, in words for the confirmation page.
-fn action_words(req: &HttpRequest) -> &'static str {
+pub(super) fn action_words(req: &HttpRequest) -> &'static str {
     let path = req.path();
     if path == "/account/password" {
         "change your password"
@@ -273,6 +273,8 @@ fn action_words(req: &HttpRequest) -> &'static str {
         "get a personal access token"
     } else if path == "/account/payments" {
         "send this payment"
+    } else if path.starts_with("/account/payments/") {
+        "pay this request"
     } else {
         "do this"
     }

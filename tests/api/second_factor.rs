@@ -619,6 +619,41 @@ async fn a_payment_over_the_step_up_amount_needs_a_fresh_factor_and_a_smaller_on
     );
     let balance = crate::fixtures::balance_cents(app.store.as_ref(), &f.user_id).await;
     assert_eq!(balance, 500);
+
+    // Paying a request over the amount ("Pay it") asks too.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let asker = crate::fixtures::person(app.store.as_ref(), "asker", "0").await;
+    let me = crate::fixtures::Person {
+        id: f.user_id.clone(),
+        token: String::new(),
+    };
+    tally::admin::deposit(app.store.as_ref(), &f.username, "20.00")
+        .await
+        .unwrap();
+    let request = app.pay(&asker, &me, "-12.00").await;
+    let request_id = request.ok()["payment"]["id"].as_str().unwrap().to_owned();
+    let account = browser.get("/account").await;
+    let path = format!("/account/payments/{request_id}");
+    let mut fields = account.form(&path);
+    set(&mut fields, "action", "approve");
+    let asked = browser.post(&path, &fields).await;
+    assert!(is_confirmation(&asked), "{} {}", asked.status, asked.text());
+    assert!(asked.text().contains("pay this request"));
+    let done = submit(
+        &browser,
+        &asked,
+        &path,
+        &[("second_factor", &app_codes.recovery_codes[0])],
+    )
+    .await;
+    assert_eq!(
+        done.location().as_deref(),
+        Some("/account#payments"),
+        "{}",
+        done.body
+    );
+    let balance = crate::fixtures::balance_cents(app.store.as_ref(), &f.user_id).await;
+    assert_eq!(balance, 500 + 2000 - 1200);
 }
 
 async fn a_session_signed_in_before_the_first_factor_was_added_must_step_up(backend: Backend) {
