@@ -58,11 +58,21 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
 }
 
 /// A refusal before the ceremony: its status and message.
-struct Refusal(StatusCode, String);
+enum Refusal {
+    Status(StatusCode, String),
+    /// Past the rate limit: 429 with `Retry-After` (SPEC §9).
+    TooMany(std::time::Duration),
+}
 
 impl Refusal {
     fn response(self) -> HttpResponse {
-        error(self.0, &self.1)
+        match self {
+            Self::Status(status, message) => error(status, &message),
+            Self::TooMany(wait) => HttpResponse::TooManyRequests()
+                .insert_header((header::CACHE_CONTROL, "no-store"))
+                .insert_header((header::RETRY_AFTER, (wait.as_secs() + 1).to_string()))
+                .json(json!({ "error": "too many requests; try again later" })),
+        }
     }
 }
 
@@ -88,23 +98,20 @@ fn admit<'a>(
     session: &Session,
 ) -> Result<&'a Passkeys, Refusal> {
     let Some(passkeys) = state.passkeys.as_ref() else {
-        return Err(Refusal(
+        return Err(Refusal::Status(
             StatusCode::NOT_FOUND,
             "passkeys are not offered here".to_owned(),
         ));
     };
-    if state.rate_limits.check_oauth(client_ip(req)).is_err() {
-        return Err(Refusal(
-            StatusCode::TOO_MANY_REQUESTS,
-            "too many requests; try again later".to_owned(),
-        ));
+    if let Err(wait) = state.rate_limits.check_oauth(client_ip(req)) {
+        return Err(Refusal::TooMany(wait));
     }
     let presented = req
         .headers()
         .get("x-csrf-token")
         .and_then(|v| v.to_str().ok());
     if let Err(refused) = session::check_form(req, state, session, presented) {
-        return Err(Refusal(StatusCode::FORBIDDEN, refused.to_string()));
+        return Err(Refusal::Status(StatusCode::FORBIDDEN, refused.to_string()));
     }
     Ok(passkeys)
 }
@@ -131,7 +138,7 @@ fn answer(result: Result<HttpResponse, PasskeyError>) -> Result<HttpResponse, Pa
 
 fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, Refusal> {
     serde_json::from_slice(body).map_err(|e| {
-        Refusal(
+        Refusal::Status(
             StatusCode::BAD_REQUEST,
             format!("the request body is not what this endpoint reads: {e}"),
         )

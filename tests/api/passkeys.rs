@@ -24,11 +24,19 @@ on_both_backends!(
     the_ceremony_endpoints_check_the_origin_the_csrf_token_and_the_session,
     passkeys_are_not_offered_when_the_public_url_is_an_ip_address,
     a_passkey_is_removed_and_the_last_factor_needs_the_password_and_a_code,
+    past_the_rate_limit_the_ceremony_endpoints_answer_429_with_retry_after,
 );
 
 /// A server whose public URL names `localhost` (WebAuthn binds passkeys to a
 /// host name; with an IP address none are offered).
 pub(crate) async fn spawn_localhost(backend: Backend) -> Option<(TestApp, Fixture)> {
+    spawn_localhost_with(backend, |_| {}).await
+}
+
+async fn spawn_localhost_with(
+    backend: Backend,
+    configure: impl FnOnce(&mut tally::config::Settings),
+) -> Option<(TestApp, Fixture)> {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -37,6 +45,7 @@ pub(crate) async fn spawn_localhost(backend: Backend) -> Option<(TestApp, Fixtur
     let app = TestApp::spawn_with(backend, |s| {
         s.listen = format!("127.0.0.1:{port}").parse().unwrap();
         s.public_url = Some(format!("http://localhost:{port}").parse().unwrap());
+        configure(s);
     })
     .await?;
     let f = fixture(&app).await;
@@ -436,4 +445,43 @@ async fn a_passkey_is_removed_and_the_last_factor_needs_the_password_and_a_code(
         "{}",
         account.body
     );
+}
+
+async fn past_the_rate_limit_the_ceremony_endpoints_answer_429_with_retry_after(backend: Backend) {
+    let Some((app, _)) = spawn_localhost_with(backend, |s| {
+        s.oauth_rate_limit = std::num::NonZeroU32::new(5).unwrap();
+    })
+    .await
+    else {
+        return;
+    };
+    let browser = Browser::new(&app.origin);
+    let page = browser.get("/signin").await;
+    let csrf = csrf(&page);
+    let mut refused = None;
+    for _ in 0..20 {
+        let response = browser
+            .client
+            .post(format!("{}/signin/passkey/options", app.origin))
+            .header("Origin", &app.origin)
+            .header("X-CSRF-Token", &csrf)
+            .json(&json!({}))
+            .send()
+            .await
+            .unwrap();
+        if response.status() == 429 {
+            refused = Some(response);
+            break;
+        }
+        assert_eq!(response.status(), 200);
+    }
+    let refused = refused.expect("the sign-in rate limit refuses the ceremony endpoints too");
+    let wait: u64 = refused.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((1..=60).contains(&wait), "Retry-After: {wait}");
+    let answer: Value = refused.json().await.unwrap();
+    assert!(answer["error"].is_string(), "{answer}");
 }
