@@ -18,6 +18,7 @@ on_both_backends!(
     wrong_codes_are_throttled_per_account_and_address_without_locking_the_owner_out,
     the_authorize_endpoint_and_the_device_page_ask_for_the_second_factor_too,
     sensitive_actions_ask_for_a_fresh_second_factor_and_then_carry_the_action_out,
+    the_phone_a_secret_rotation_and_new_recovery_codes_ask_for_a_fresh_factor_too,
     a_payment_over_the_step_up_amount_needs_a_fresh_factor_and_a_smaller_one_does_not,
     a_session_signed_in_before_the_first_factor_was_added_must_step_up,
     changing_the_password_needs_the_current_one_and_ends_the_other_sessions,
@@ -932,4 +933,54 @@ async fn acr_values_mfa_makes_a_password_only_session_give_its_second_factor(bac
     let answer = quiet.get(&url).await;
     let query = query_of(&answer.location().unwrap());
     assert_eq!(query["error"], "login_required", "{query:?}");
+}
+
+async fn the_phone_a_secret_rotation_and_new_recovery_codes_ask_for_a_fresh_factor_too(
+    backend: Backend,
+) {
+    let Some((app, f)) = spawn(backend, Duration::from_secs(2)).await else {
+        return;
+    };
+    let browser = signed_in(&app, &f).await;
+    set_up_app(&browser, &f.username).await;
+    // Within the window after the set-up: an app is made without a question.
+    let developer = browser.get("/developer").await;
+    let made = submit(
+        &browser,
+        &developer,
+        "/developer/apps",
+        &[
+            ("name", "Rotating App"),
+            ("description", "Its secret is rotated later"),
+            ("redirect_url", "https://rotate.example.com/cb"),
+            ("site_url", "https://rotate.example.com"),
+        ],
+    )
+    .await;
+    assert_eq!(made.status, 303, "{}", made.body);
+    let app_path = made.location().unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+
+    let app_page = browser.get(&app_path).await;
+    let asked = submit(&browser, &app_page, "/secret", &[]).await;
+    assert!(is_confirmation(&asked), "rotating a secret: {}", asked.body);
+    let account = browser.get("/account").await;
+    let asked = submit(
+        &browser,
+        &account,
+        "/account/contact",
+        &[("phone", "2125550199"), ("password", PASSWORD)],
+    )
+    .await;
+    assert!(
+        is_confirmation(&asked),
+        "changing the phone: {}",
+        asked.body
+    );
+    let asked = submit(&browser, &account, "/account/recovery-codes", &[]).await;
+    assert!(
+        is_confirmation(&asked),
+        "new recovery codes: {}",
+        asked.body
+    );
 }
