@@ -85,6 +85,12 @@ pub struct Settings {
     pub bad_token_rate_limit: NonZeroU32,
     /// How verification links are sent: `None` writes them to the log.
     pub smtp: Option<SmtpSettings>,
+    /// A payment from the account page over this many cents needs a second
+    /// factor used within `step_up_window` (SPEC §11, `TALLY_STEP_UP_AMOUNT`).
+    pub step_up_amount_cents: i64,
+    /// How long a second factor used in a session vouches for its sensitive
+    /// actions (`TALLY_STEP_UP_WINDOW`, default 5m).
+    pub step_up_window: Duration,
     /// How long a request's body may take to arrive after its headers:
     /// always `BODY_DEADLINE` (no variable sets it); tests shorten it.
     #[doc(hidden)]
@@ -265,6 +271,17 @@ impl Settings {
 
         let smtp = smtp_settings(&get)?;
 
+        let step_up_text = get("TALLY_STEP_UP_AMOUNT").unwrap_or_else(|| "100.00".to_owned());
+        let step_up_amount_cents = crate::domain::Amount::parse_positive(step_up_text.trim())
+            .map(crate::domain::Amount::cents)
+            .map_err(|e| {
+                bad(
+                    "TALLY_STEP_UP_AMOUNT",
+                    format!("'{step_up_text}' is not an amount in dollars such as 100.00 ({e})"),
+                )
+            })?;
+        let step_up_window = duration(&get, "TALLY_STEP_UP_WINDOW", "5m")?;
+
         Ok(Self {
             database_url,
             listen,
@@ -282,6 +299,8 @@ impl Settings {
             password_queue,
             bad_token_rate_limit,
             smtp,
+            step_up_amount_cents,
+            step_up_window,
             body_deadline: BODY_DEADLINE,
         })
     }

@@ -97,6 +97,9 @@ enum UserCommand {
     Suspend { username: String },
     /// Lift a suspension.
     Unsuspend { username: String },
+    /// Remove all of an account's second factors and recovery codes, for a
+    /// user who lost them all (SPEC §11).
+    ResetFactors { username: String },
 }
 
 #[derive(Subcommand)]
@@ -156,6 +159,9 @@ impl From<AdminCommand> for Admin {
             AdminCommand::User(UserCommand::Suspend { username }) => Admin::UserSuspend(username),
             AdminCommand::User(UserCommand::Unsuspend { username }) => {
                 Admin::UserUnsuspend(username)
+            }
+            AdminCommand::User(UserCommand::ResetFactors { username }) => {
+                Admin::UserResetFactors(username)
             }
             AdminCommand::App(AppCommand::Add(input)) => Admin::AppAdd(input),
             AdminCommand::App(AppCommand::Suspend { client_id }) => Admin::AppSuspend(client_id),

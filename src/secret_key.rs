@@ -87,6 +87,64 @@ pub async fn resolve(settings: &Settings, store: &dyn Store) -> anyhow::Result<S
     Ok(SecretString::from(key))
 }
 
+/// Seals secrets kept in the database (signing keys, TOTP seeds) with
+/// AES-256-GCM under a key derived from the deployment's secret key by
+/// HKDF-SHA256 (RFC 5869), with a salt naming what is sealed, and with
+/// associated data naming whose it is, so a sealed value cannot be passed off
+/// as another's. A copy of the database alone opens none of them.
+pub struct Sealer(aes_gcm::Aes256Gcm);
+
+const NONCE_BYTES: usize = 12;
+
+impl Sealer {
+    pub fn new(secret_key: &SecretString, salt: &[u8]) -> anyhow::Result<Self> {
+        use aes_gcm::KeyInit as _;
+        let hkdf =
+            hkdf::Hkdf::<sha2::Sha256>::new(Some(salt), secret_key.expose_secret().as_bytes());
+        let mut key = [0u8; 32];
+        hkdf.expand(b"aes-256-gcm", &mut key)
+            .map_err(|e| anyhow!("cannot derive the sealing key: {e}"))?;
+        Ok(Self(aes_gcm::Aes256Gcm::new(aes_gcm::Key::<
+            aes_gcm::Aes256Gcm,
+        >::from_slice(&key))))
+    }
+
+    /// `plain` sealed, as hex: the nonce, then the ciphertext and its tag.
+    pub fn seal(&self, aad: &[u8], plain: &[u8]) -> anyhow::Result<String> {
+        use aes_gcm::aead::{Aead as _, Payload};
+        let nonce: [u8; NONCE_BYTES] = rand::random();
+        let mut sealed = nonce.to_vec();
+        sealed.extend(
+            self.0
+                .encrypt(
+                    aes_gcm::Nonce::from_slice(&nonce),
+                    Payload { msg: plain, aad },
+                )
+                .map_err(|e| anyhow!("cannot seal: {e}"))?,
+        );
+        Ok(hex::encode(sealed))
+    }
+
+    /// What `seal` sealed with the same `aad`, under the same secret key.
+    pub fn open(&self, aad: &[u8], sealed: &str) -> anyhow::Result<Vec<u8>> {
+        use aes_gcm::aead::{Aead as _, Payload};
+        let sealed = hex::decode(sealed)
+            .ok()
+            .filter(|s| s.len() > NONCE_BYTES)
+            .ok_or_else(|| anyhow!("not sealed as expected"))?;
+        let (nonce, ciphertext) = sealed.split_at(NONCE_BYTES);
+        self.0
+            .decrypt(
+                aes_gcm::Nonce::from_slice(nonce),
+                Payload {
+                    msg: ciphertext,
+                    aad,
+                },
+            )
+            .map_err(|_| anyhow!("cannot be opened under this TALLY_SECRET_KEY"))
+    }
+}
+
 /// The key file of the SQLite database `url` names (its path plus `.key`), or
 /// `None` for an in-memory database.
 pub fn key_file_path(url: &str) -> anyhow::Result<Option<PathBuf>> {

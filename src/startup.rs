@@ -128,6 +128,7 @@ impl Application {
         let cookie_key = Key::from(&Sha512::digest(secret_key.expose_secret().as_bytes()));
         let secure_cookies = public_origin.starts_with("https://");
         let signing_keys = crate::oauth::keys::KeyRing::new(&secret_key)?;
+        let passkeys = crate::auth::passkeys::Passkeys::new(&public_origin)?;
         let workers = workers::spawn(store.clone(), (&settings).into());
         let mailer = Mailer::from_settings(&settings)?;
         let hasher = {
@@ -158,6 +159,7 @@ impl Application {
             token_cache: TokenCache::default(),
             client_cache: ClientCache::default(),
             signing_keys,
+            passkeys,
         });
 
         if first_signing_keys {

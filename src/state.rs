@@ -43,4 +43,7 @@ pub struct AppState {
     pub client_cache: ClientCache,
     /// The keys that sign ID tokens (SPEC §10).
     pub signing_keys: crate::oauth::keys::KeyRing,
+    /// The WebAuthn relying party; `None` when the public URL's host is an
+    /// IP address (passkeys are then not offered, SPEC §11).
+    pub passkeys: Option<crate::auth::passkeys::Passkeys>,
 }

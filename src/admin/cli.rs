@@ -21,6 +21,8 @@ pub enum Command {
     UserVerify(String),
     UserSuspend(String),
     UserUnsuspend(String),
+    /// Removes every second factor and recovery code of the user.
+    UserResetFactors(String),
     AppAdd(AppAdd),
     AppSuspend(String),
     AppUnsuspend(String),
@@ -65,6 +67,20 @@ pub async fn run(settings: &Settings, json: bool, command: Command) -> ExitCode 
         }
         Command::UserUnsuspend(username) => {
             user_flags(json, store, &username, None, Some(false)).await
+        }
+        Command::UserResetFactors(username) => {
+            let result = operations::reset_factors(store, &username).await;
+            if let Ok(reset) = &result {
+                // One line naming the user, whatever the output format: an
+                // operator's act that took a user's protection away.
+                eprintln!(
+                    "tally: removed {} second factor(s) and the recovery codes of {}",
+                    reset.factors_removed, reset.username
+                );
+            }
+            report(json, result, |r| {
+                format!("{}: factors_removed={}", r.username, r.factors_removed)
+            })
         }
         Command::AppAdd(input) => report(json, operations::app_add(store, input).await, |a| {
             format!(

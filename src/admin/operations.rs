@@ -166,6 +166,23 @@ pub async fn user_flags(
     })
 }
 
+/// What `admin user reset-factors` did.
+#[derive(Debug, Serialize)]
+pub struct FactorsReset {
+    pub username: String,
+    pub factors_removed: u64,
+}
+
+/// Removes every second factor and recovery code of `username` (SPEC §11).
+pub async fn reset_factors(store: &dyn Store, username: &str) -> Result<FactorsReset, AdminError> {
+    let user = find_user(store, username).await?;
+    let factors_removed = store.reset_factors(&user.id).await?;
+    Ok(FactorsReset {
+        username: user.username,
+        factors_removed,
+    })
+}
+
 // The input of `admin app add`, as given on the command line.
 #[derive(Debug, Default, Clone, clap::Args)]
 pub struct AppAdd {

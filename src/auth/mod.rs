@@ -2,6 +2,8 @@
 //! and confirming a typed password under it, and the record of when a grant was
 //! last used. The API's extractor (`api::principal`) and the pages call them.
 
+pub mod factors;
+pub mod passkeys;
 pub mod password;
 pub mod throttle;
 pub mod usage;

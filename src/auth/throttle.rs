@@ -34,6 +34,16 @@ impl Attempt {
         }
     }
 
+    /// An attempt at a second factor (SPEC §11): counted like passwords, on
+    /// counters of its own, so failed codes and failed passwords do not add up.
+    pub fn second_factor(user_id: &str, ip: IpAddr) -> Self {
+        Self {
+            pair_key: format!("factor:{user_id}:{ip}"),
+            ip_key: format!("factor-ip:{ip}"),
+            requester: Requester::default(),
+        }
+    }
+
     /// The attempt's password is not checked once `requester` has gone.
     pub fn waited_on_by(self, requester: Requester) -> Self {
         Self { requester, ..self }
@@ -136,6 +146,28 @@ pub async fn confirm_password(
         .verify(&attempt.requester, password_hash, password)
         .await
     {
+        return Ok(Confirmation::Refused);
+    }
+    succeeded(store, attempt, admitted).await?;
+    Ok(Confirmation::Confirmed)
+}
+
+/// Checks a second factor (`check`: whether it was right) under the
+/// throttle, as [`confirm_password`] checks a password: admitted and counted
+/// as a failure first, forgotten when right.
+pub async fn confirm_second_factor<F>(
+    store: &dyn Store,
+    attempt: &Attempt,
+    check: F,
+) -> Result<Confirmation, StoreError>
+where
+    F: std::future::Future<Output = Result<bool, StoreError>>,
+{
+    let admitted = match admit(store, attempt).await? {
+        Ok(admitted) => admitted,
+        Err(wait) => return Ok(Confirmation::Wait(wait)),
+    };
+    if !check.await? {
         return Ok(Confirmation::Refused);
     }
     succeeded(store, attempt, admitted).await?;

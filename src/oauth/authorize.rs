@@ -177,6 +177,15 @@ const MAX_NONCE_BYTES: usize = 512;
 pub struct Authentication {
     pub auth_time: i64,
     pub session_id: String,
+    /// The RFC 8176 methods used, space-separated (SPEC §11).
+    pub amr: String,
+}
+
+impl Authentication {
+    /// Whether a second factor was used (`mfa`).
+    pub fn is_multi_factor(&self) -> bool {
+        crate::auth::factors::is_multi_factor(&self.amr)
+    }
 }
 
 impl ValidRequest {
@@ -220,11 +229,15 @@ impl ValidRequest {
             })
     }
 
+    /// Whether `acr_values` asks for a second factor (SPEC §11).
+    pub fn wants_mfa(&self) -> bool {
+        self.oidc.acr_values.iter().any(|v| v == "mfa")
+    }
+
     /// A refusal that only the signed-in user's account can cause:
-    /// `acr_values=mfa` from a user without a second factor (none has one
-    /// yet; SPEC §11).
-    pub fn refusal_for_user(&self, issuer: &str) -> Option<Url> {
-        self.oidc.acr_values.iter().any(|v| v == "mfa").then(|| {
+    /// `acr_values=mfa` from a user without a second factor (SPEC §11).
+    pub fn refusal_for_user(&self, issuer: &str, has_second_factor: bool) -> Option<Url> {
+        (self.wants_mfa() && !has_second_factor).then(|| {
             self.refuse(
                 "access_denied",
                 "acr_values asks for a second factor (mfa), and this account has no second \
@@ -541,8 +554,14 @@ pub async fn approve(
                     auth_time: signed_in.auth_time,
                     sid: session_sid(&signed_in.session_id),
                     nonce: request.oidc.nonce.clone(),
-                    acr: (!request.oidc.acr_values.is_empty()).then(|| AMR_PASSWORD.to_owned()),
-                    amr: AMR_PASSWORD.to_owned(),
+                    acr: (!request.oidc.acr_values.is_empty()).then(|| {
+                        if signed_in.is_multi_factor() {
+                            "mfa".to_owned()
+                        } else {
+                            AMR_PASSWORD.to_owned()
+                        }
+                    }),
+                    amr: signed_in.amr.clone(),
                 };
                 store
                     .insert_grant_with_code_and_oidc(&grant, &new_code, &oidc)

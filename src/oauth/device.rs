@@ -6,7 +6,7 @@
 use super::authorize::Authentication;
 use super::client_auth::GrantError;
 use super::credentials::{self, CredentialKind, IssuedCredential};
-use super::id_token::{session_sid, AMR_PASSWORD};
+use super::id_token::session_sid;
 use crate::domain::{micros, new_id, now_micros, Scope, ScopeSet};
 use crate::store::{
     DeviceCodeRow, DevicePoll, DeviceRefusal, DeviceStatus, DeviceStep, NewDeviceCode, NewGrant,
@@ -180,7 +180,7 @@ pub async fn allow(
             sid: session_sid(&signed_in.session_id),
             nonce: None,
             acr: None,
-            amr: AMR_PASSWORD.to_owned(),
+            amr: signed_in.amr.clone(),
         });
     store
         .allow_device_code(&code.digest(), &grant, oidc.as_ref())

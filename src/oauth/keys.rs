@@ -11,15 +11,13 @@
 
 use crate::domain::{micros, now_micros};
 use crate::store::{SigningKeyRow, Store, StoreError};
-use aes_gcm::aead::{Aead, KeyInit, Payload};
-use aes_gcm::{Aes256Gcm, Key, Nonce};
 use base64::Engine;
 use jsonwebtoken::jwk::{
     AlgorithmParameters, CommonParameters, EllipticCurve, Jwk, JwkSet, KeyAlgorithm,
     OctetKeyPairParameters, OctetKeyPairType, PublicKeyUse, ThumbprintHash,
 };
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
-use secrecy::{ExposeSecret, SecretString};
+use secrecy::SecretString;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use std::collections::HashMap;
@@ -36,8 +34,6 @@ pub const DEFAULT_PUBLISH_AHEAD: Duration = Duration::from_secs(3600);
 /// How long the key rows read from the database are reused: a rotation made
 /// by another process is seen within it.
 const ROWS_TTL: Duration = Duration::from_secs(1);
-
-const NONCE_BYTES: usize = 12;
 
 /// The algorithms an app may choose for its ID tokens.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -107,61 +103,33 @@ pub enum KeyError {
     Unexpected(#[from] anyhow::Error),
 }
 
-/// Seals private keys with AES-256-GCM under a key derived from the
-/// deployment's secret key by HKDF-SHA256 (RFC 5869), with the key id as
-/// associated data, so a sealed key cannot be passed off as another's.
-struct Sealer(Aes256Gcm);
+/// Private keys are sealed (`secret_key::Sealer`) under a key derived for
+/// them alone, with the key id as associated data, so a sealed key cannot be
+/// passed off as another's.
+struct Sealer(crate::secret_key::Sealer);
 
 impl Sealer {
     fn new(secret_key: &SecretString) -> Result<Self, KeyError> {
-        let hkdf = hkdf::Hkdf::<sha2::Sha256>::new(
-            Some(b"tally signing keys"),
-            secret_key.expose_secret().as_bytes(),
-        );
-        let mut key = [0u8; 32];
-        hkdf.expand(b"aes-256-gcm", &mut key)
-            .map_err(|e| anyhow::anyhow!("cannot derive the sealing key: {e}"))?;
-        Ok(Self(Aes256Gcm::new(Key::<Aes256Gcm>::from_slice(&key))))
+        Ok(Self(crate::secret_key::Sealer::new(
+            secret_key,
+            b"tally signing keys",
+        )?))
     }
 
     fn seal(&self, kid: &str, plain: &[u8]) -> Result<String, KeyError> {
-        let nonce: [u8; NONCE_BYTES] = rand::random();
-        let mut sealed = nonce.to_vec();
-        sealed.extend(
-            self.0
-                .encrypt(
-                    Nonce::from_slice(&nonce),
-                    Payload {
-                        msg: plain,
-                        aad: kid.as_bytes(),
-                    },
-                )
-                .map_err(|e| anyhow::anyhow!("cannot seal a signing key: {e}"))?,
-        );
-        Ok(hex::encode(sealed))
+        self.0
+            .seal(kid.as_bytes(), plain)
+            .map_err(|e| anyhow::anyhow!("cannot seal a signing key: {e}").into())
     }
 
     fn open(&self, kid: &str, sealed: &str) -> Result<Vec<u8>, KeyError> {
-        let sealed = hex::decode(sealed)
-            .ok()
-            .filter(|s| s.len() > NONCE_BYTES)
-            .ok_or_else(|| anyhow::anyhow!("signing key {kid} is not sealed as expected"))?;
-        let (nonce, ciphertext) = sealed.split_at(NONCE_BYTES);
-        Ok(self
-            .0
-            .decrypt(
-                Nonce::from_slice(nonce),
-                Payload {
-                    msg: ciphertext,
-                    aad: kid.as_bytes(),
-                },
+        self.0.open(kid.as_bytes(), sealed).map_err(|_| {
+            anyhow::anyhow!(
+                "signing key {kid} cannot be opened: TALLY_SECRET_KEY is not the one it \
+                 was sealed under (run `tally admin keys rotate --publish-ahead 0s`)"
             )
-            .map_err(|_| {
-                anyhow::anyhow!(
-                    "signing key {kid} cannot be opened: TALLY_SECRET_KEY is not the one it \
-                     was sealed under (run `tally admin keys rotate --publish-ahead 0s`)"
-                )
-            })?)
+            .into()
+        })
     }
 }
 

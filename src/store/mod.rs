@@ -5,6 +5,7 @@
 mod batch_queue;
 mod device;
 mod error;
+mod factors;
 mod models;
 mod oauth;
 mod oidc;
@@ -24,6 +25,7 @@ pub use device::{
     NewDeviceCode, PendingDeviceCode,
 };
 pub use error::StoreError;
+pub use factors::{Ceremony, FactorStore, Factors, PasskeyRow, TotpRow};
 pub use models::{
     AccountBalance, App, AppUpdate, AuditChunk, AuditPayment, AuditSnapshot, LedgerSum, NewApp,
     NewUser, PaymentEntrySum, ProfileUpdate, Retention, User, UserFlags,

@@ -3,7 +3,6 @@
 //! what concerns the database itself. Both backends implement every one (see
 //! `queries/mod.rs`).
 
-use super::OidcStore;
 use super::{
     App, AppUpdate, AuditChunk, AuditSnapshot, CodeCheck, CodeUse, Consent, ConsentRow, DuePayment,
     IdempotencyKey, InsertOutcome, IntrospectingClient, Movement, NewApp, NewCode, NewGrant,
@@ -13,6 +12,7 @@ use super::{
     User, UserFlags, UserSearch,
 };
 use super::{DeviceDecide, DevicePoll, NewDeviceCode, NewOidcGrant, PendingDeviceCode};
+use super::{FactorStore, OidcStore};
 use async_trait::async_trait;
 
 /// How a user is looked up.
@@ -41,6 +41,7 @@ pub trait Store:
     + OAuthStore
     + OidcStore
     + DeviceStore
+    + FactorStore
     + PaymentStore
     + Send
     + Sync
@@ -204,7 +205,14 @@ pub trait AccountStore: Send + Sync {
         now: i64,
     ) -> Result<(), StoreError>;
 
-    async fn session_ended(&self, session_id: &str) -> Result<bool, StoreError>;
+    /// Whether the session `session_id` of `user_id`, signed in at `since`,
+    /// has ended: signed out, or cut by a password change after `since`.
+    async fn session_ended(
+        &self,
+        session_id: &str,
+        user_id: &str,
+        since: i64,
+    ) -> Result<bool, StoreError>;
 }
 
 /// The authorization server: apps, consents, grants, tokens and codes, and

@@ -79,6 +79,21 @@ struct AccountPage {
     payments: Vec<super::payments::PaymentRow>,
     apps: Vec<AuthorizedApp>,
     tokens: Vec<TokenRow>,
+    has_totp: bool,
+    passkeys: Vec<PasskeyItem>,
+    passkeys_enabled: bool,
+    any_factor: bool,
+    /// Removing a factor now needs the password and a code.
+    last_factor: bool,
+    recovery_left: i64,
+    password_form: FormState,
+}
+
+pub struct PasskeyItem {
+    pub id: String,
+    pub name: String,
+    pub created: String,
+    pub last_used: String,
 }
 
 pub async fn show(
@@ -133,7 +148,25 @@ pub async fn show(
     let pay_form = forms::take(&session, super::payments::PAY_FORM)
         .unwrap_or_else(|| FormState::with_values(&[("kind", "pay"), ("audience", "private")]));
     let payments = super::payments::recent(store, &user).await?;
+    let factors = store.factors(&user.id).await?;
+    let password_form = forms::take(&session, super::factors::PASSWORD_FORM).unwrap_or_default();
     let template = AccountPage {
+        has_totp: factors.has_totp(),
+        passkeys: factors
+            .passkeys
+            .iter()
+            .map(|p| PasskeyItem {
+                id: p.credential_id.clone(),
+                name: p.name.clone(),
+                created: when(p.created_at),
+                last_used: p.last_used_at.map_or_else(|| "never".to_owned(), when),
+            })
+            .collect(),
+        passkeys_enabled: state.passkeys.is_some(),
+        any_factor: factors.any(),
+        last_factor: factors.count() == 1,
+        recovery_left: factors.recovery_codes_left,
+        password_form,
         csrf_token: session::csrf_token(&session)?,
         display_name: if display_name.is_empty() {
             user.username.clone()
@@ -235,6 +268,7 @@ fn parse_contacts(form: &ContactForm, refused: &mut FormState) -> Option<(Email,
 pub async fn update_contacts(
     req: HttpRequest,
     Page { state, session }: Page,
+    _: super::factors::SteppedUp,
     form: PageForm<ContactForm>,
     SignedIn(user): SignedIn,
 ) -> Result<HttpResponse, PageError> {

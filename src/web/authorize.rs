@@ -81,7 +81,7 @@ pub async fn show(
                 (request.app.name.clone(), request.oidc.login_hint.clone())
             }
         };
-        return sign_in_page_for(&session, here, Some(app_name), hint.as_deref());
+        return sign_in_page_for(&state, &session, here, Some(app_name), hint.as_deref());
     };
     let request = match checked {
         Checked::RedirectError { url, .. } => return Ok(see_other(&url)),
@@ -106,10 +106,39 @@ pub async fn show(
             .login_hint
             .clone()
             .unwrap_or_else(|| user.username.clone());
-        return sign_in_page_for(&session, here, Some(request.app.name.clone()), Some(&hint));
+        return sign_in_page_for(
+            &state,
+            &session,
+            here,
+            Some(request.app.name.clone()),
+            Some(&hint),
+        );
     }
-    if let Some(url) = request.refusal_for_user(issuer) {
-        return Ok(see_other(url.as_str()));
+    // `acr_values=mfa` (SPEC §11): only an account with a second factor,
+    // signed in with it; a session signed in without it signs in again.
+    if request.wants_mfa() {
+        let has_factor = state.store.factors(&user.id).await?.any();
+        if let Some(url) = request.refusal_for_user(issuer, has_factor) {
+            return Ok(see_other(url.as_str()));
+        }
+        if !signed_in.is_multi_factor() {
+            if request.oidc.prompt_none {
+                let url = request.refuse(
+                    "login_required",
+                    "the sign-in used no second factor, and acr_values asks for one",
+                    issuer,
+                );
+                return Ok(see_other(url.as_str()));
+            }
+            session::ask_to_sign_in_again(&session)?;
+            return sign_in_page_for(
+                &state,
+                &session,
+                here,
+                Some(request.app.name.clone()),
+                Some(&user.username),
+            );
+        }
     }
     let store = state.store.as_ref();
     if !authorize::needs_consent(store, &user.id, &request).await? {
@@ -163,16 +192,27 @@ pub async fn decide(
         Checked::Valid(request) => request,
     };
     let target = redirect_origin(&request);
+    let signed_in = authentication(&session)?;
+    let has_factor = if request.wants_mfa() {
+        state.store.factors(&user.id).await?.any()
+    } else {
+        false
+    };
     let url = match form.get("decision") {
-        Some("allow") => match request.refusal_for_user(&state.public_origin) {
+        Some("allow") => match request.refusal_for_user(&state.public_origin, has_factor) {
             Some(refused) => refused,
+            None if request.wants_mfa() && !signed_in.is_multi_factor() => request.refuse(
+                "access_denied",
+                "acr_values asks for a second factor, and this sign-in used none",
+                &state.public_origin,
+            ),
             None => {
                 authorize::approve(
                     state.store.as_ref(),
                     &user.id,
                     &request,
                     &state.public_origin,
-                    &authentication(&session)?,
+                    &signed_in,
                 )
                 .await?
             }

@@ -155,6 +155,7 @@ fn parse_app(form: &AppForm) -> Result<AppDetails, forms::FormState> {
 
 pub async fn create_app(
     Page { state, session }: Page,
+    _: super::factors::SteppedUp,
     form: PageForm<AppForm>,
     Developer(user): Developer,
 ) -> Result<HttpResponse, PageError> {
@@ -321,6 +322,7 @@ pub async fn set_id_token_alg(
 /// A new client secret, shown once; the old one stops working at once.
 pub async fn rotate_secret(
     Page { state, session }: Page,
+    _: super::factors::SteppedUp,
     PathId(client_id): PathId,
     Developer(user): Developer,
 ) -> Result<HttpResponse, PageError> {
@@ -353,6 +355,7 @@ pub async fn rotate_secret(
 /// A personal access token for one's own account (SPEC §8), shown once.
 pub async fn personal_token(
     Page { state, session }: Page,
+    _: super::factors::SteppedUp,
     Developer(user): Developer,
 ) -> Result<HttpResponse, PageError> {
     let scopes = ScopeSet::from_scopes(personal_scopes());

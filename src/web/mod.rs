@@ -7,9 +7,11 @@ pub mod authorize;
 pub mod demo;
 pub mod developer;
 pub mod device;
+pub mod factors;
 pub mod forms;
 pub mod guard;
 pub mod logout;
+pub mod passkeys;
 pub mod payments;
 pub mod reveal;
 pub mod session;
@@ -34,6 +36,8 @@ pub type ExtraPages = fn(&mut web::ServiceConfig);
 /// after the `/v1` scope: actix gives a request to the first scope that matches.
 pub fn configure(cfg: &mut web::ServiceConfig, extra: ExtraPages) {
     cfg.route("/static/tally.css", web::get().to(stylesheet))
+        .route("/static/passkeys.js", web::get().to(passkeys_script))
+        .configure(passkeys::configure)
         .service(
             web::scope("")
                 .wrap(from_fn(guard::check_forms))
@@ -58,6 +62,8 @@ fn page_routes(cfg: &mut web::ServiceConfig) {
         cfg,
         get "/signin" => signin::show,
         post "/signin" => signin::submit,
+        get "/signin/second-factor" => factors::second_step,
+        post "/signin/second-factor" => factors::second_step_submit,
         post "/signout" => signin::sign_out,
         get "/signup" => signup::show,
         post "/signup" => signup::submit,
@@ -71,6 +77,14 @@ fn page_routes(cfg: &mut web::ServiceConfig) {
         post "/account/verification" => signup::resend,
         post "/account/apps/{client_id}/revoke" => account::revoke_app,
         post "/account/tokens/{grant_id}/revoke" => account::revoke_token,
+        post "/account/password" => factors::change_password,
+        post "/account/totp" => factors::begin_totp,
+        get "/account/totp" => factors::show_totp,
+        post "/account/totp/confirm" => factors::confirm_totp,
+        post "/account/totp/remove" => factors::remove_totp,
+        get "/account/recovery-codes" => factors::show_recovery_codes,
+        post "/account/recovery-codes" => factors::new_recovery_codes,
+        post "/account/passkeys/{credential_id}/remove" => passkeys::remove,
         get "/developer" => developer::show,
         post "/developer/apps" => developer::create_app,
         get "/developer/apps/{client_id}" => developer::show_app,
@@ -165,6 +179,19 @@ pub async fn not_found(req: actix_web::HttpRequest) -> Result<HttpResponse, Page
 }
 
 const STYLESHEET: &str = include_str!("../../static/tally.css");
+
+/// The one script of the pages (SPEC §11): the WebAuthn ceremonies. Served
+/// from the origin, so `script-src 'self'` allows it; no page needs it but
+/// for passkeys.
+const PASSKEYS_SCRIPT: &str = include_str!("../../static/passkeys.js");
+
+async fn passkeys_script() -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type("text/javascript; charset=utf-8")
+        .insert_header((header::CACHE_CONTROL, "public, max-age=3600"))
+        .insert_header((header::X_CONTENT_TYPE_OPTIONS, "nosniff"))
+        .body(PASSKEYS_SCRIPT)
+}
 
 async fn stylesheet() -> HttpResponse {
     HttpResponse::Ok()

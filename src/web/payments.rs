@@ -11,7 +11,7 @@ use crate::domain::{
 };
 use crate::ledger::payments::{self as rules, CreateError, PaymentRequest, TargetAddress, Update};
 use crate::store::{Payment, PaymentFilter, Store, StoreError, User, UserKey};
-use actix_web::HttpResponse;
+use actix_web::{HttpRequest, HttpResponse};
 use serde::Deserialize;
 use std::collections::HashMap;
 
@@ -131,6 +131,7 @@ async fn recipient(store: &dyn Store, to: &str) -> Result<TargetAddress, String>
 /// page, with the refused fields and their messages if any.
 pub async fn send(
     Page { state, session }: Page,
+    _: super::factors::SteppedUpPayment,
     form: PageForm<PayForm>,
     SignedIn(user): SignedIn,
 ) -> Result<HttpResponse, PageError> {
@@ -215,21 +216,45 @@ pub async fn send(
 #[serde(default)]
 pub struct AnswerForm {
     action: String,
+    /// The code of a step-up's confirmation page, when it sends the form again.
+    second_factor: String,
 }
 
 /// `POST /account/payments/{id}`: approve, deny or cancel a pending payment.
+/// Approving a request over `TALLY_STEP_UP_AMOUNT` pays it: like a pay from
+/// the form, it needs a fresh second factor (SPEC §11).
 pub async fn answer(
+    req: HttpRequest,
     Page { state, session }: Page,
     form: PageForm<AnswerForm>,
     PathId(payment_id): PathId,
     SignedIn(user): SignedIn,
 ) -> Result<HttpResponse, PageError> {
-    let action = form.into_checked().map(|f| f.action).unwrap_or_default();
+    let (action, code) = form
+        .into_checked()
+        .map(|f| (f.action, f.second_factor))
+        .unwrap_or_default();
     let Some(update) = Update::parse(&action) else {
         return Err(PageError::BadRequest(
             "The action must be approve, deny or cancel.".to_owned(),
         ));
     };
+    if action == "approve" {
+        let large = state
+            .store
+            .find_payments(std::slice::from_ref(&payment_id))
+            .await?
+            .first()
+            .is_some_and(|p| p.amount_cents.abs() > state.settings.step_up_amount_cents);
+        if large {
+            let fields = vec![
+                ("action".to_owned(), action.clone()),
+                (super::factors::CODE_FIELD.to_owned(), code),
+            ];
+            super::factors::require_fresh_factor(&req, fields, super::factors::action_words(&req))
+                .await?;
+        }
+    }
     let message = match rules::update(
         state.store.as_ref(),
         &user,

@@ -26,6 +26,20 @@ const CSRF: &str = "csrf";
 /// Connect `prompt=login` and `max_age`; microseconds).
 const SIGN_IN_AGAIN: &str = "again";
 const FLASH: &str = "flash";
+/// The RFC 8176 methods of this session's sign-in, space-separated (SPEC
+/// §11); a session from before they were kept signed in with a password.
+const AMR: &str = "amr";
+/// When a second factor was last used in this session (microseconds), for
+/// step-up (SPEC §11).
+const FACTOR_AT: &str = "factor_at";
+/// A sign-in whose password was right, waiting for its second factor: the
+/// user, when the password was checked, and where to go afterwards.
+const PENDING_USER: &str = "pending_uid";
+const PENDING_AT: &str = "pending_at";
+const PENDING_RETURN: &str = "pending_return";
+
+/// How long a right password waits for its second factor.
+pub const SECOND_STEP_TTL: std::time::Duration = std::time::Duration::from_secs(5 * 60);
 
 /// How long a sign-in lasts. The cookie's own expiry is the browser's business;
 /// this is checked on the server, so a copied cookie does not outlive it.
@@ -102,7 +116,10 @@ pub async fn current_user(state: &AppState, session: &Session) -> Result<Option<
         return Ok(None);
     };
     if since.saturating_add(ttl_micros()) <= now_micros()
-        || state.store.session_ended(&session_id).await?
+        || state
+            .store
+            .session_ended(&session_id, &user_id, since)
+            .await?
     {
         session.purge();
         return Ok(None);
@@ -118,8 +135,26 @@ fn ttl_micros() -> i64 {
 /// Starts a fresh session for a user who just signed in (a new cookie, a new
 /// id and a new CSRF token, against session fixation).
 pub fn sign_in(session: &Session, user_id: &str) -> Result<(), PageError> {
+    sign_in_with(session, user_id, "pwd", None)
+}
+
+/// Starts a fresh session as [`sign_in`] does, recording the methods used
+/// (`amr`) and, when a second factor was among them, when.
+pub fn sign_in_with(
+    session: &Session,
+    user_id: &str,
+    amr: &str,
+    factor_at: Option<i64>,
+) -> Result<(), PageError> {
     session.renew();
     session.remove(CSRF);
+    for key in [PENDING_USER, PENDING_AT, PENDING_RETURN, FACTOR_AT] {
+        session.remove(key);
+    }
+    session.insert(AMR, amr).map_err(session_error)?;
+    if let Some(at) = factor_at {
+        session.insert(FACTOR_AT, at).map_err(session_error)?;
+    }
     session.insert(USER_ID, user_id).map_err(session_error)?;
     session
         .insert(SESSION_ID, credentials::random_hex(16))
@@ -129,8 +164,8 @@ pub fn sign_in(session: &Session, user_id: &str) -> Result<(), PageError> {
         .map_err(session_error)
 }
 
-/// The sign-in behind the session: when it happened and the session's id
-/// (OpenID Connect's `auth_time` and `sid`).
+/// The sign-in behind the session: when it happened, the session's id and
+/// the methods used (OpenID Connect's `auth_time`, `sid` and `amr`).
 pub fn authentication(session: &Session) -> Option<crate::oauth::authorize::Authentication> {
     match (
         session.get::<i64>(SIGNED_IN_AT),
@@ -140,10 +175,72 @@ pub fn authentication(session: &Session) -> Option<crate::oauth::authorize::Auth
             Some(crate::oauth::authorize::Authentication {
                 auth_time,
                 session_id,
+                amr: amr(session),
             })
         }
         _ => None,
     }
+}
+
+/// The RFC 8176 methods of this session's sign-in (and of its step-ups).
+pub fn amr(session: &Session) -> String {
+    session
+        .get::<String>(AMR)
+        .ok()
+        .flatten()
+        .unwrap_or_else(|| "pwd".to_owned())
+}
+
+/// When a second factor was last used in this session, if ever.
+pub fn factor_used_at(session: &Session) -> Option<i64> {
+    session.get::<i64>(FACTOR_AT).ok().flatten()
+}
+
+/// Notes that a second factor was used now in this session (a step-up):
+/// its methods (`methods`, e.g. `otp`) join the session's, with `mfa`.
+pub fn factor_used(session: &Session, methods: &str) -> Result<(), PageError> {
+    let mut amr: Vec<String> = amr(session).split(' ').map(str::to_owned).collect();
+    for method in methods.split(' ').chain(["mfa"]) {
+        if !method.is_empty() && !amr.iter().any(|m| m == method) {
+            amr.push(method.to_owned());
+        }
+    }
+    amr.retain(|m| m != "mfa");
+    amr.push("mfa".to_owned());
+    session.insert(AMR, amr.join(" ")).map_err(session_error)?;
+    session
+        .insert(FACTOR_AT, now_micros())
+        .map_err(session_error)
+}
+
+/// A right password for `user_id`, now waiting for the second factor.
+pub fn begin_second_step(
+    session: &Session,
+    user_id: &str,
+    return_to: &str,
+) -> Result<(), PageError> {
+    session
+        .insert(PENDING_USER, user_id)
+        .map_err(session_error)?;
+    session
+        .insert(PENDING_AT, now_micros())
+        .map_err(session_error)?;
+    session
+        .insert(PENDING_RETURN, return_to)
+        .map_err(session_error)
+}
+
+/// The user whose password was right and who owes a second factor, and
+/// where to go afterwards, unless that was too long ago.
+pub fn pending_second_step(session: &Session) -> Option<(String, String)> {
+    let user = session.get::<String>(PENDING_USER).ok().flatten()?;
+    let at = session.get::<i64>(PENDING_AT).ok().flatten()?;
+    let ttl = i64::try_from(SECOND_STEP_TTL.as_micros()).unwrap_or(i64::MAX);
+    if at.saturating_add(ttl) <= now_micros() {
+        return None;
+    }
+    let return_to = session.get::<String>(PENDING_RETURN).ok().flatten();
+    Some((user, safe_return_to(return_to.as_deref())))
 }
 
 /// Notes that a page asks the signed-in user to sign in again now.

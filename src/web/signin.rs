@@ -27,6 +27,8 @@ pub struct SignInPage {
     pub app_name: Option<String>,
     /// What the username field holds at first (OpenID Connect `login_hint`).
     pub username: String,
+    /// Whether "Sign in with a passkey" is offered (SPEC §11).
+    pub passkeys: bool,
 }
 
 #[derive(Deserialize)]
@@ -35,7 +37,7 @@ pub struct ReturnTo {
 }
 
 pub async fn show(
-    session: Session,
+    Page { state, session }: Page,
     CurrentUser(user): CurrentUser,
     PageQuery(query): PageQuery<ReturnTo>,
 ) -> Result<HttpResponse, PageError> {
@@ -43,7 +45,7 @@ pub async fn show(
     if user.is_some() {
         return Ok(see_other(&return_to));
     }
-    sign_in_page(&session, return_to, None)
+    sign_in_page(&state, &session, return_to, None)
 }
 
 /// The sign-in page again (a 303), keeping where to go afterwards.
@@ -56,15 +58,17 @@ fn back_to_sign_in(return_to: &str) -> HttpResponse {
 
 /// The sign-in form, which sends the browser on to `return_to` once signed in.
 pub fn sign_in_page(
+    state: &AppState,
     session: &Session,
     return_to: String,
     app_name: Option<String>,
 ) -> Result<HttpResponse, PageError> {
-    sign_in_page_for(session, return_to, app_name, None)
+    sign_in_page_for(state, session, return_to, app_name, None)
 }
 
 /// The sign-in form with its username field filled in (`login_hint`).
 pub fn sign_in_page_for(
+    state: &AppState,
     session: &Session,
     return_to: String,
     app_name: Option<String>,
@@ -76,6 +80,7 @@ pub fn sign_in_page_for(
         error: session::take_flash(session),
         app_name,
         username: username.unwrap_or("").to_owned(),
+        passkeys: state.passkeys.is_some(),
     };
     page(StatusCode::OK, &template)
 }
@@ -131,6 +136,12 @@ pub async fn submit(
     if user.suspended {
         session::flash(&session, "This account is suspended.");
         return Ok(back_to_sign_in(&return_to));
+    }
+    // A user with a second factor gives it next (SPEC §11); the session
+    // starts only then.
+    if store.factors(&user.id).await?.any() {
+        session::begin_second_step(&session, &user.id, &return_to)?;
+        return Ok(see_other("/signin/second-factor"));
     }
     session::sign_in(&session, &user.id)?;
     Ok(see_other(&return_to))

@@ -166,6 +166,11 @@ pub enum PageError {
     Busy,
     #[error("something went wrong on our side")]
     Unexpected(#[source] anyhow::Error),
+    /// A sensitive action that needs a fresh second factor first (SPEC §11):
+    /// answered with the confirmation page drawn here, which asks for one
+    /// and then carries the action out.
+    #[error("confirm with a second factor")]
+    Confirm(String),
 }
 
 impl PageError {
@@ -200,6 +205,7 @@ impl ResponseError for PageError {
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::Unavailable | Self::Busy => StatusCode::SERVICE_UNAVAILABLE,
             Self::Unexpected(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            Self::Confirm(_) => StatusCode::OK,
         }
     }
 
@@ -222,6 +228,13 @@ impl ResponseError for PageError {
             secure(response.headers_mut(), None);
             return response;
         }
+        if let Self::Confirm(html) = self {
+            let mut response = HttpResponse::Ok()
+                .content_type("text/html; charset=utf-8")
+                .body(html.clone());
+            secure(response.headers_mut(), None);
+            return response;
+        }
         let title = match self {
             Self::BadRequest(_) => "This request cannot be served",
             Self::Forbidden(_) => "This form cannot be accepted",
@@ -236,6 +249,7 @@ impl ResponseError for PageError {
             Self::Unavailable => "Tally is unavailable",
             Self::Busy => "Tally is busy",
             Self::Unexpected(_) => "Something went wrong",
+            Self::Confirm(_) => "Confirm",
         };
         let message = self.to_string();
         let mut response = page(

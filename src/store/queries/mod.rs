@@ -16,6 +16,7 @@
 
 mod accounts;
 mod device;
+mod factors;
 mod oauth;
 mod oidc;
 mod payments;
@@ -301,7 +302,7 @@ impl Store for ThisStore {
     async fn purge(&self, r: &crate::store::Retention) -> Result<u64, StoreError> {
         // Nothing references codes, tokens or the other rows deleted
         // here (grants stay, and payments do not point at their keys).
-        let statements: [(&str, i64); 11] = [
+        let statements: [(&str, i64); 12] = [
             (
                 "DELETE FROM oauth_codes WHERE expires_at < $1",
                 r.codes_before,
@@ -310,6 +311,10 @@ impl Store for ThisStore {
             // A device code is used, if at all, before it expires.
             (
                 "DELETE FROM device_codes WHERE expires_at < $1",
+                r.codes_before,
+            ),
+            (
+                "DELETE FROM webauthn_ceremonies WHERE expires_at < $1",
                 r.codes_before,
             ),
             (
