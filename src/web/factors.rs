@@ -175,7 +175,7 @@ fn recovery_notice(left: i64) -> String {
 struct ConfirmedNow;
 
 /// Whether a second factor was used in this session within the window.
-fn fresh(state: &AppState, session: &Session) -> bool {
+pub(super) fn fresh(state: &AppState, session: &Session) -> bool {
     session::factor_used_at(session)
         .is_some_and(|at| at > now_micros().saturating_sub(micros(state.settings.step_up_window)))
 }

@@ -180,7 +180,7 @@ async fn registration_options(
         ));
     }
     let factors = state.store.factors(&user.id).await?;
-    if factors.any() && !step_up_fresh(&state, &session) {
+    if factors.any() && !super::factors::fresh(&state, &session) {
         return Ok(error(
             StatusCode::UNAUTHORIZED,
             "confirm with a second factor first (step-up)",
@@ -215,12 +215,6 @@ async fn registration_options(
         }
         .await,
     )
-}
-
-fn step_up_fresh(state: &AppState, session: &Session) -> bool {
-    session::factor_used_at(session).is_some_and(|at| {
-        at > now_micros().saturating_sub(crate::domain::micros(state.settings.step_up_window))
-    })
 }
 
 /// `POST /account/passkeys` with the new credential (`toJSON()`): stores it;
