@@ -199,18 +199,11 @@ pub(super) async fn require_fresh_factor(
     if !factors.any() || fresh(&state, &session) {
         return Ok(());
     }
-    let (hidden, code) = {
-        let code = fields
-            .iter()
-            .find(|(name, _)| name == CODE_FIELD)
-            .map(|(_, value)| value.clone())
-            .filter(|code| !code.trim().is_empty());
-        let hidden: Vec<(String, String)> = fields
-            .into_iter()
-            .filter(|(name, _)| name != "csrf_token" && name != CODE_FIELD)
-            .collect();
-        (hidden, code)
-    };
+    let code = fields
+        .iter()
+        .find(|(name, _)| name == CODE_FIELD)
+        .map(|(_, value)| value.clone())
+        .filter(|code| !code.trim().is_empty());
     let mut error = None;
     if let Some(code) = code {
         let checked = factors::check_code(
@@ -243,7 +236,7 @@ pub(super) async fn require_fresh_factor(
         error,
         action: req.path().to_owned(),
         button: "Confirm",
-        hidden,
+        hidden: carried_fields(req, &state, &session, fields)?,
         passkeys: passkeys_offered(&state, &factors),
         passkey_mode: "step_up",
     };
@@ -251,6 +244,97 @@ pub(super) async fn require_fresh_factor(
         .render()
         .map_err(|e| PageError::Unexpected(anyhow::anyhow!("template failed: {e}")))?;
     Err(PageError::Confirm(html))
+}
+
+/// The confirmation page's field that carries the form's typed passwords,
+/// sealed: they never appear in the page as typed.
+const SEALED_FIELD: &str = "sealed_fields";
+/// How long a confirmation page's sealed fields can be sent back.
+const SEALED_FIELDS_TTL: std::time::Duration = std::time::Duration::from_secs(15 * 60);
+
+/// What the sealed field holds: when it was sealed, and the typed secrets.
+#[derive(serde::Serialize, Deserialize)]
+struct SealedFields {
+    at: i64,
+    fields: Vec<(String, String)>,
+}
+
+/// Sealed for one session and one action's path, under the deployment's
+/// key: a sealed field cannot be replayed in another session or onto
+/// another form.
+fn sealed_fields_sealer(state: &AppState) -> Result<crate::secret_key::Sealer, PageError> {
+    crate::secret_key::Sealer::new(&state.secret_key, b"tally step-up form")
+        .map_err(PageError::Unexpected)
+}
+
+fn sealed_fields_aad(req: &HttpRequest, session: &Session) -> Vec<u8> {
+    let session_id = session::session_id(session).unwrap_or_default();
+    format!("{session_id}\n{}", req.path()).into_bytes()
+}
+
+/// The form's fields for the confirmation page to send again: the plain ones
+/// as they came, the typed passwords sealed into one field.
+fn carried_fields(
+    req: &HttpRequest,
+    state: &AppState,
+    session: &Session,
+    fields: Vec<(String, String)>,
+) -> Result<Vec<(String, String)>, PageError> {
+    let (secrets, mut carried): (Vec<_>, Vec<_>) = fields
+        .into_iter()
+        .filter(|(name, _)| name != "csrf_token" && name != CODE_FIELD && name != SEALED_FIELD)
+        .partition(|(name, _)| super::forms::is_secret(name));
+    if !secrets.is_empty() {
+        let plain = serde_json::to_vec(&SealedFields {
+            at: now_micros(),
+            fields: secrets,
+        })
+        .map_err(|e| PageError::Unexpected(e.into()))?;
+        let sealed = sealed_fields_sealer(state)?
+            .seal(&sealed_fields_aad(req, session), &plain)
+            .map_err(PageError::Unexpected)?;
+        carried.push((SEALED_FIELD.to_owned(), sealed));
+    }
+    Ok(carried)
+}
+
+/// The form as sent from a confirmation page, with its sealed passwords put
+/// back where the action's own form reads them. A sealed field that does not
+/// open (another session's, another form's, too old) is refused. Done when
+/// the guard is extracted, before the action's form extractor takes the
+/// fields.
+fn restore_typed_secrets(
+    req: &HttpRequest,
+    fields: Vec<(String, String)>,
+) -> Result<Vec<(String, String)>, PageError> {
+    let Some(sealed) = fields
+        .iter()
+        .find(|(name, _)| name == SEALED_FIELD)
+        .map(|(_, value)| value.clone())
+    else {
+        return Ok(fields);
+    };
+    let expired = || {
+        PageError::BadRequest(
+            "This confirmation has expired. Please fill in the form again.".to_owned(),
+        )
+    };
+    let state = state_of(req)?;
+    let opened = sealed_fields_sealer(&state)?
+        .open(&sealed_fields_aad(req, &req.get_session()), &sealed)
+        .ok()
+        .and_then(|plain| serde_json::from_slice::<SealedFields>(&plain).ok())
+        .filter(|opened| opened.at >= now_micros().saturating_sub(micros(SEALED_FIELDS_TTL)))
+        .ok_or_else(expired)?;
+    let mut restored: Vec<(String, String)> = fields
+        .into_iter()
+        .filter(|(name, _)| {
+            name == "csrf_token" || (name != SEALED_FIELD && !super::forms::is_secret(name))
+        })
+        .collect();
+    restored.extend(opened.fields);
+    req.extensions_mut().insert(FormFields(restored.clone()));
+    Ok(restored)
 }
 
 /// What a sensitive action is, in words for the confirmation page.
@@ -299,9 +383,9 @@ impl FromRequest for SteppedUp {
 
     fn from_request(req: &HttpRequest, _payload: &mut Payload) -> Self::Future {
         let req = req.clone();
-        let fields = form_fields(&req);
+        let fields = restore_typed_secrets(&req, form_fields(&req));
         Box::pin(async move {
-            require_fresh_factor(&req, fields, action_words(&req)).await?;
+            require_fresh_factor(&req, fields?, action_words(&req)).await?;
             Ok(Self)
         })
     }
@@ -317,8 +401,9 @@ impl FromRequest for SteppedUpPayment {
 
     fn from_request(req: &HttpRequest, _payload: &mut Payload) -> Self::Future {
         let req = req.clone();
-        let fields = form_fields(&req);
+        let fields = restore_typed_secrets(&req, form_fields(&req));
         Box::pin(async move {
+            let fields = fields?;
             let state = state_of(&req)?;
             let field = |name: &str| {
                 fields

@@ -153,7 +153,7 @@ fn lines_of(field: &str) -> Lines {
 }
 
 /// Fields whose values are never kept or shown again.
-fn is_secret(field: &str) -> bool {
+pub(super) fn is_secret(field: &str) -> bool {
     field == "csrf_token" || field.contains("password")
 }
 

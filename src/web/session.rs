@@ -132,6 +132,11 @@ fn ttl_micros() -> i64 {
     i64::try_from(SESSION_TTL.as_micros()).unwrap_or(i64::MAX)
 }
 
+/// The id of the sign-in behind the session, if signed in.
+pub fn session_id(session: &Session) -> Option<String> {
+    session.get::<String>(SESSION_ID).ok().flatten()
+}
+
 /// Starts a fresh session for a user who just signed in (a new cookie, a new
 /// id and a new CSRF token, against session fixation).
 pub fn sign_in(session: &Session, user_id: &str) -> Result<(), PageError> {

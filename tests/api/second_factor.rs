@@ -21,6 +21,7 @@ on_both_backends!(
     the_phone_a_secret_rotation_and_new_recovery_codes_ask_for_a_fresh_factor_too,
     a_payment_over_the_step_up_amount_needs_a_fresh_factor_and_a_smaller_one_does_not,
     a_session_signed_in_before_the_first_factor_was_added_must_step_up,
+    the_confirmation_page_carries_typed_passwords_sealed_and_only_to_their_own_form,
     changing_the_password_needs_the_current_one_and_ends_the_other_sessions,
     removing_the_last_factor_needs_the_password_and_a_code,
     the_operator_removes_every_factor_of_a_user_who_lost_them,
@@ -692,6 +693,78 @@ async fn a_session_signed_in_before_the_first_factor_was_added_must_step_up(back
         "{} {}",
         done.status,
         done.text()
+    );
+}
+
+async fn the_confirmation_page_carries_typed_passwords_sealed_and_only_to_their_own_form(
+    backend: Backend,
+) {
+    let Some((app, f)) = spawn(backend, Duration::from_secs(300)).await else {
+        return;
+    };
+    let earlier = signed_in(&app, &f).await;
+    let app_codes = set_up_app(&signed_in(&app, &f).await, &f.username).await;
+    let new_password = "a sealed passphrase 9 for tally";
+    let account = earlier.get("/account").await;
+    let asked = submit(
+        &earlier,
+        &account,
+        "/account/password",
+        &[
+            ("current_password", PASSWORD),
+            ("new_password", new_password),
+        ],
+    )
+    .await;
+    assert!(is_confirmation(&asked), "{}", asked.body);
+    // Neither password is in the page as typed.
+    assert!(!asked.body.contains(PASSWORD), "{}", asked.body);
+    assert!(!asked.body.contains(new_password), "{}", asked.body);
+    assert!(asked
+        .form("/account/password")
+        .iter()
+        .any(|(name, value)| name == "sealed_fields" && !value.is_empty()));
+
+    // Sent to another form, the sealed field is refused: it cannot carry a
+    // password typed for one action into another.
+    let mut replayed = asked.form("/account/password");
+    set(&mut replayed, "email", "elsewhere@example.com");
+    let refused = earlier.post("/account/contact", &replayed).await;
+    assert_eq!(refused.status, 400, "{}", refused.body);
+    assert!(refused.text().contains("expired"), "{}", refused.body);
+    // Tampered with, too.
+    let mut tampered = asked.form("/account/password");
+    for (name, value) in tampered.iter_mut() {
+        if name == "sealed_fields" {
+            let flipped = if value.ends_with('0') { '1' } else { '0' };
+            value.pop();
+            value.push(flipped);
+        }
+    }
+    let refused = earlier.post("/account/password", &tampered).await;
+    assert_eq!(refused.status, 400, "{}", refused.body);
+
+    // With the code, the confirmation carries the change out.
+    let now = steady_now().await;
+    let done = submit(
+        &earlier,
+        &asked,
+        "/account/password",
+        &[("second_factor", &app_codes.code_at(now + 30))],
+    )
+    .await;
+    assert_eq!(
+        done.location().as_deref(),
+        Some("/account"),
+        "{}",
+        done.body
+    );
+    let answer = password_step(&Browser::new(&app.origin), &f.username, new_password).await;
+    assert_eq!(
+        answer.location().as_deref(),
+        Some("/signin/second-factor"),
+        "{}",
+        answer.body
     );
 }
 
