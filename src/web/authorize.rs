@@ -92,27 +92,13 @@ pub async fn show(
     if request.wants_fresh_sign_in(signed_in.auth_time, now_micros())
         && !session::signed_in_again(&session)
     {
-        if request.oidc.prompt_none {
-            let url = request.refuse(
-                "login_required",
-                "the sign-in is older than max_age",
-                issuer,
-            );
-            return Ok(see_other(url.as_str()));
-        }
-        session::ask_to_sign_in_again(&session)?;
         let hint = request
             .oidc
             .login_hint
             .clone()
             .unwrap_or_else(|| user.username.clone());
-        return sign_in_page_for(
-            &state,
-            &session,
-            here,
-            Some(request.app.name.clone()),
-            Some(&hint),
-        );
+        let why = "the sign-in is older than max_age";
+        return sign_in_again(&state, &session, here, &request, why, &hint);
     }
     // `acr_values=mfa` (SPEC §11): only an account with a second factor,
     // signed in with it; a session signed in without it signs in again.
@@ -122,22 +108,8 @@ pub async fn show(
             return Ok(see_other(url.as_str()));
         }
         if !signed_in.is_multi_factor() {
-            if request.oidc.prompt_none {
-                let url = request.refuse(
-                    "login_required",
-                    "the sign-in used no second factor, and acr_values asks for one",
-                    issuer,
-                );
-                return Ok(see_other(url.as_str()));
-            }
-            session::ask_to_sign_in_again(&session)?;
-            return sign_in_page_for(
-                &state,
-                &session,
-                here,
-                Some(request.app.name.clone()),
-                Some(&user.username),
-            );
+            let why = "the sign-in used no second factor, and acr_values asks for one";
+            return sign_in_again(&state, &session, here, &request, why, &user.username);
         }
     }
     let store = state.store.as_ref();
@@ -172,6 +144,31 @@ pub async fn show(
         page(StatusCode::OK, &template)?,
         redirect_origin(&request),
     ))
+}
+
+/// A signed-in user whose sign-in does not do for `request`: with
+/// `prompt=none` the app is told `login_required` (`why`); otherwise the user
+/// signs in again, the username `hint` filled in.
+fn sign_in_again(
+    state: &AppState,
+    session: &Session,
+    here: String,
+    request: &ValidRequest,
+    why: &str,
+    hint: &str,
+) -> Result<HttpResponse, PageError> {
+    if request.oidc.prompt_none {
+        let url = request.refuse("login_required", why, &state.public_origin);
+        return Ok(see_other(url.as_str()));
+    }
+    session::ask_to_sign_in_again(session)?;
+    sign_in_page_for(
+        state,
+        session,
+        here,
+        Some(request.app.name.clone()),
+        Some(hint),
+    )
 }
 
 pub async fn decide(

@@ -382,12 +382,7 @@ impl FromRequest for SteppedUp {
     type Future = LocalBoxFuture<'static, Result<Self, PageError>>;
 
     fn from_request(req: &HttpRequest, _payload: &mut Payload) -> Self::Future {
-        let req = req.clone();
-        let fields = restore_typed_secrets(&req, form_fields(&req));
-        Box::pin(async move {
-            require_fresh_factor(&req, fields?, action_words(&req)).await?;
-            Ok(Self)
-        })
+        step_up_when(req, Self, |_, _| true)
     }
 }
 
@@ -400,27 +395,40 @@ impl FromRequest for SteppedUpPayment {
     type Future = LocalBoxFuture<'static, Result<Self, PageError>>;
 
     fn from_request(req: &HttpRequest, _payload: &mut Payload) -> Self::Future {
-        let req = req.clone();
-        let fields = restore_typed_secrets(&req, form_fields(&req));
-        Box::pin(async move {
-            let fields = fields?;
-            let state = state_of(&req)?;
-            let field = |name: &str| {
-                fields
-                    .iter()
-                    .find(|(n, _)| n == name)
-                    .map(|(_, v)| v.as_str())
-            };
-            let large = field("kind") == Some("pay")
-                && field("amount")
-                    .and_then(|a| Amount::parse_positive(a.trim()).ok())
-                    .is_some_and(|a| a.cents() > state.settings.step_up_amount_cents);
-            if large {
-                require_fresh_factor(&req, fields.clone(), action_words(&req)).await?;
-            }
-            Ok(Self)
-        })
+        step_up_when(req, Self, is_large_pay)
     }
+}
+
+/// A guard's check: the request goes on as `guard` when it needs no second
+/// factor (`needs_one`, from its form's fields) or has a fresh one.
+fn step_up_when<G: 'static>(
+    req: &HttpRequest,
+    guard: G,
+    needs_one: fn(&AppState, &[(String, String)]) -> bool,
+) -> LocalBoxFuture<'static, Result<G, PageError>> {
+    let req = req.clone();
+    let fields = restore_typed_secrets(&req, form_fields(&req));
+    Box::pin(async move {
+        let fields = fields?;
+        if needs_one(&*state_of(&req)?, &fields) {
+            require_fresh_factor(&req, fields, action_words(&req)).await?;
+        }
+        Ok(guard)
+    })
+}
+
+/// Whether a payment form pays more than `TALLY_STEP_UP_AMOUNT`.
+fn is_large_pay(state: &AppState, fields: &[(String, String)]) -> bool {
+    let field = |name: &str| {
+        fields
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    };
+    field("kind") == Some("pay")
+        && field("amount")
+            .and_then(|a| Amount::parse_positive(a.trim()).ok())
+            .is_some_and(|a| a.cents() > state.settings.step_up_amount_cents)
 }
 
 // --- The authenticator app ----------------------------------------------

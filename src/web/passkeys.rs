@@ -14,7 +14,7 @@ use crate::auth::passkeys::{PasskeyError, Passkeys, MAX_NAME_BYTES};
 use crate::auth::throttle::{confirm_second_factor, Attempt, Confirmation};
 use crate::domain::now_micros;
 use crate::state::AppState;
-use crate::store::UserKey;
+use crate::store::{User, UserKey};
 use actix_session::Session;
 use actix_web::http::{header, StatusCode};
 use actix_web::{web, HttpRequest, HttpResponse};
@@ -136,6 +136,38 @@ fn answer(result: Result<HttpResponse, PasskeyError>) -> Result<HttpResponse, Pa
     }
 }
 
+/// What the ceremonies of a signed-in user's new passkey check first:
+/// `admit`, then a signed-in user, then the body they read (`Err`: the answer
+/// that refuses).
+async fn admit_signed_in<'a, T: serde::de::DeserializeOwned>(
+    req: &HttpRequest,
+    state: &'a AppState,
+    session: &Session,
+    body: &[u8],
+) -> Result<Result<(&'a Passkeys, User, T), HttpResponse>, PageError> {
+    let passkeys = match admit(req, state, session) {
+        Ok(passkeys) => passkeys,
+        Err(refused) => return Ok(Err(refused.response())),
+    };
+    let Some(user) = session::current_user(state, session).await? else {
+        return Ok(Err(error(StatusCode::UNAUTHORIZED, "sign in first")));
+    };
+    Ok(parse(body)
+        .map(|read| (passkeys, user, read))
+        .map_err(Refusal::response))
+}
+
+/// Keeps a ceremony's part in the session until its second request.
+fn keep_in_session(
+    session: &Session,
+    key: &str,
+    value: impl serde::Serialize,
+) -> Result<(), anyhow::Error> {
+    session
+        .insert(key, value)
+        .map_err(|e| anyhow::anyhow!("{e}"))
+}
+
 fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, Refusal> {
     serde_json::from_slice(body).map_err(|e| {
         Refusal::Status(
@@ -158,17 +190,11 @@ async fn registration_options(
     Page { state, session }: Page,
     body: web::Bytes,
 ) -> Result<HttpResponse, PageError> {
-    let passkeys = match admit(&req, &state, &session) {
-        Ok(passkeys) => passkeys,
-        Err(refused) => return Ok(refused.response()),
-    };
-    let Some(user) = session::current_user(&state, &session).await? else {
-        return Ok(error(StatusCode::UNAUTHORIZED, "sign in first"));
-    };
-    let new: NewPasskey = match parse(&body) {
-        Ok(new) => new,
-        Err(refused) => return Ok(refused.response()),
-    };
+    let (passkeys, user, new) =
+        match admit_signed_in::<NewPasskey>(&req, &state, &session, &body).await? {
+            Ok(admitted) => admitted,
+            Err(refused) => return Ok(refused),
+        };
     let name = new.name.trim();
     let name = if name.is_empty() { "Passkey" } else { name };
     if name.len() > MAX_NAME_BYTES
@@ -205,12 +231,8 @@ async fn registration_options(
                     &factors.passkeys,
                 )
                 .await?;
-            session
-                .insert(REGISTRATION, id)
-                .map_err(|e| anyhow::anyhow!("{e}"))?;
-            session
-                .insert(REGISTRATION_NAME, name)
-                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            keep_in_session(&session, REGISTRATION, id)?;
+            keep_in_session(&session, REGISTRATION_NAME, name)?;
             Ok(ok(options))
         }
         .await,
@@ -224,16 +246,13 @@ async fn register(
     Page { state, session }: Page,
     body: web::Bytes,
 ) -> Result<HttpResponse, PageError> {
-    let passkeys = match admit(&req, &state, &session) {
-        Ok(passkeys) => passkeys,
-        Err(refused) => return Ok(refused.response()),
-    };
-    let Some(user) = session::current_user(&state, &session).await? else {
-        return Ok(error(StatusCode::UNAUTHORIZED, "sign in first"));
-    };
-    let credential: RegisterPublicKeyCredential = match parse(&body) {
-        Ok(credential) => credential,
-        Err(refused) => return Ok(refused.response()),
+    let (passkeys, user, credential) = match admit_signed_in::<RegisterPublicKeyCredential>(
+        &req, &state, &session, &body,
+    )
+    .await?
+    {
+        Ok(admitted) => admitted,
+        Err(refused) => return Ok(refused),
     };
     let ceremony = session
         .remove_as::<String>(REGISTRATION)
@@ -330,12 +349,8 @@ async fn assertion_options(
                 }
                 None => passkeys.start_authentication(store, None).await?,
             };
-            session
-                .insert(ASSERTION, id)
-                .map_err(|e| anyhow::anyhow!("{e}"))?;
-            session
-                .insert(ASSERTION_MODE, mode)
-                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            keep_in_session(&session, ASSERTION, id)?;
+            keep_in_session(&session, ASSERTION_MODE, mode)?;
             Ok(ok(options))
         }
         .await,

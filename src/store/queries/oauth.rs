@@ -8,6 +8,18 @@ use crate::store::{
     RefreshUse, StoreError, TokenRecord,
 };
 
+/// The apps' columns from `apps`, then `$rest` (the rows wanted).
+macro_rules! select_apps {
+    ($rest:literal) => {
+        concat!(
+            "SELECT ",
+            crate::store::sql::app_columns!(),
+            " FROM apps ",
+            $rest
+        )
+    };
+}
+
 #[async_trait::async_trait]
 impl OAuthStore for ThisStore {
     #[tracing::instrument(skip_all, fields(name = %app.name))]
@@ -37,11 +49,7 @@ impl OAuthStore for ThisStore {
 
     #[tracing::instrument(skip_all)]
     async fn find_app(&self, client_id: &str) -> Result<Option<App>, StoreError> {
-        const SQL: &str = concat!(
-            "SELECT ",
-            crate::store::sql::app_columns!(),
-            " FROM apps WHERE client_id = $1",
-        );
+        const SQL: &str = select_apps!("WHERE client_id = $1");
         self.read_optional(sqlx::query_as::<_, App>(SQL).bind(client_id))
             .await
     }
@@ -68,11 +76,7 @@ impl OAuthStore for ThisStore {
 
     #[tracing::instrument(skip_all)]
     async fn apps_of_owner(&self, owner_id: &str) -> Result<Vec<App>, StoreError> {
-        const SQL: &str = concat!(
-            "SELECT ",
-            crate::store::sql::app_columns!(),
-            " FROM apps WHERE owner_id = $1 ORDER BY created_at, client_id",
-        );
+        const SQL: &str = select_apps!("WHERE owner_id = $1 ORDER BY created_at, client_id");
         self.read_all(sqlx::query_as::<_, App>(SQL).bind(owner_id))
             .await
     }

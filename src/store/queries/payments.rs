@@ -175,11 +175,13 @@ impl ThisStore {
             .await?)
     }
 
+    /// A move's two ledger entries, of the payment `payment_id` (none for a
+    /// deposit).
     async fn ledger_move(
         tx: &mut sqlx::Transaction<'static, Db>,
         movement_id: &str,
         kind: crate::store::EntryKind,
-        payment_id: &str,
+        payment_id: Option<&str>,
         at: i64,
         m: &crate::store::Move,
     ) -> Result<(), StoreError> {
@@ -379,7 +381,7 @@ impl PaymentStore for ThisStore {
                 &mut tx,
                 &t.movement_id,
                 t.entry_kind,
-                &t.payment_id,
+                Some(&t.payment_id),
                 t.at,
                 m,
             )
@@ -587,19 +589,19 @@ impl PaymentStore for ThisStore {
         .fetch_optional(&mut *tx)
         .await?;
         let balance = balance.ok_or(StoreError::NotFound("user"))?;
-        sqlx::query(
-            "INSERT INTO ledger_entries \
-             (movement_id, kind, account, amount_cents, payment_id, created_at) \
-             VALUES ($1, $2, $3, $4, NULL, $5), ($1, $2, $6, $7, NULL, $5)",
+        let deposited = crate::store::Move {
+            from: movement.from.clone(),
+            to: movement.to.clone(),
+            cents: movement.cents,
+        };
+        Self::ledger_move(
+            &mut tx,
+            &movement.id,
+            movement.kind,
+            None,
+            movement.at,
+            &deposited,
         )
-        .bind(&movement.id)
-        .bind(movement.kind.as_str())
-        .bind(&movement.from)
-        .bind(-movement.cents)
-        .bind(movement.at)
-        .bind(&movement.to)
-        .bind(movement.cents)
-        .execute(&mut *tx)
         .await?;
         tx.commit().await?;
         Ok(balance)
