@@ -4,7 +4,7 @@
 
 use super::keys::{IdTokenAlg, KeyError, KeyRing, ID_TOKEN_TTL};
 use crate::domain::now_micros;
-use crate::store::{OidcGrant, Store};
+use crate::store::{NewOidcGrant, Store};
 use base64::Engine;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256, Sha512};
@@ -56,11 +56,11 @@ pub async fn issue(
         .as_deref()
         .and_then(IdTokenAlg::parse)
         .unwrap_or(IdTokenAlg::DEFAULT);
-    let claims = claims(&grant, &what, alg, now_micros() / 1_000_000);
+    let claims = claims(&grant.sign_in, &what, alg, now_micros() / 1_000_000);
     keys.sign(store, alg, claims).await.map(Some)
 }
 
-fn claims(grant: &OidcGrant, what: &IdTokenFor<'_>, alg: IdTokenAlg, now: i64) -> Claims {
+fn claims(grant: &NewOidcGrant, what: &IdTokenFor<'_>, alg: IdTokenAlg, now: i64) -> Claims {
     let ttl = i64::try_from(ID_TOKEN_TTL.as_secs()).unwrap_or(3600);
     Claims {
         iss: what.issuer.to_owned(),

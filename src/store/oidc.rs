@@ -26,8 +26,9 @@ impl std::fmt::Debug for SigningKeyRow {
     }
 }
 
-/// What an OpenID Connect authentication records with its grant.
-#[derive(Debug, Clone)]
+/// What an OpenID Connect authentication records with its grant: the
+/// sign-in behind it.
+#[derive(Debug, Clone, sqlx::FromRow)]
 pub struct NewOidcGrant {
     /// When the user signed in (microseconds).
     pub auth_time: i64,
@@ -41,11 +42,8 @@ pub struct NewOidcGrant {
 /// The sign-in behind a grant, with the algorithm its app chose.
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct OidcGrant {
-    pub auth_time: i64,
-    pub sid: String,
-    pub nonce: Option<String>,
-    pub acr: Option<String>,
-    pub amr: String,
+    #[sqlx(flatten)]
+    pub sign_in: NewOidcGrant,
     pub id_token_alg: Option<String>,
 }
 

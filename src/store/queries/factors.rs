@@ -118,25 +118,21 @@ impl FactorStore for ThisStore {
 
     #[tracing::instrument(skip_all)]
     async fn use_totp_step(&self, user_id: &str, step: i64) -> Result<bool, StoreError> {
-        let used = self
-            .write_one(
-                sqlx::query(
-                    "UPDATE totp_factors SET last_step = $2 \
+        self.changes_a_row(
+            sqlx::query(
+                "UPDATE totp_factors SET last_step = $2 \
                      WHERE user_id = $1 AND confirmed_at IS NOT NULL AND last_step < $2",
-                )
-                .bind(user_id)
-                .bind(step),
             )
-            .await?;
-        Ok(used > 0)
+            .bind(user_id)
+            .bind(step),
+        )
+        .await
     }
 
     #[tracing::instrument(skip_all)]
     async fn remove_totp(&self, user_id: &str) -> Result<bool, StoreError> {
-        let removed = self
-            .write_one(sqlx::query("DELETE FROM totp_factors WHERE user_id = $1").bind(user_id))
-            .await?;
-        Ok(removed > 0)
+        self.changes_a_row(sqlx::query("DELETE FROM totp_factors WHERE user_id = $1").bind(user_id))
+            .await
     }
 
     #[tracing::instrument(skip_all)]
@@ -146,18 +142,16 @@ impl FactorStore for ThisStore {
         digest: &str,
         now: i64,
     ) -> Result<bool, StoreError> {
-        let used = self
-            .write_one(
-                sqlx::query(
-                    "UPDATE recovery_codes SET used_at = $3 \
+        self.changes_a_row(
+            sqlx::query(
+                "UPDATE recovery_codes SET used_at = $3 \
                      WHERE digest = $1 AND user_id = $2 AND used_at IS NULL",
-                )
-                .bind(digest)
-                .bind(user_id)
-                .bind(now),
             )
-            .await?;
-        Ok(used > 0)
+            .bind(digest)
+            .bind(user_id)
+            .bind(now),
+        )
+        .await
     }
 
     #[tracing::instrument(skip_all)]
@@ -224,31 +218,27 @@ impl FactorStore for ThisStore {
         sign_count: i64,
         now: i64,
     ) -> Result<bool, StoreError> {
-        let recorded = self
-            .write_one(
-                sqlx::query(
-                    "UPDATE passkeys SET credential = $2, sign_count = $3, last_used_at = $4 \
+        self.changes_a_row(
+            sqlx::query(
+                "UPDATE passkeys SET credential = $2, sign_count = $3, last_used_at = $4 \
                      WHERE credential_id = $1 AND (sign_count < $3 OR (sign_count = 0 AND $3 = 0))",
-                )
-                .bind(credential_id)
-                .bind(credential)
-                .bind(sign_count)
-                .bind(now),
             )
-            .await?;
-        Ok(recorded > 0)
+            .bind(credential_id)
+            .bind(credential)
+            .bind(sign_count)
+            .bind(now),
+        )
+        .await
     }
 
     #[tracing::instrument(skip_all)]
     async fn remove_passkey(&self, user_id: &str, credential_id: &str) -> Result<bool, StoreError> {
-        let removed = self
-            .write_one(
-                sqlx::query("DELETE FROM passkeys WHERE user_id = $1 AND credential_id = $2")
-                    .bind(user_id)
-                    .bind(credential_id),
-            )
-            .await?;
-        Ok(removed > 0)
+        self.changes_a_row(
+            sqlx::query("DELETE FROM passkeys WHERE user_id = $1 AND credential_id = $2")
+                .bind(user_id)
+                .bind(credential_id),
+        )
+        .await
     }
 
     #[tracing::instrument(skip_all)]

@@ -146,6 +146,15 @@ impl ThisStore {
         Ok(changed)
     }
 
+    /// Runs one statement in a write transaction of its own; whether it
+    /// changed a row.
+    async fn changes_a_row<'q>(
+        &self,
+        statement: sqlx::query::Query<'q, Db, Args<'q>>,
+    ) -> Result<bool, StoreError> {
+        Ok(self.write_one(statement).await? > 0)
+    }
+
     /// Runs one statement that returns at most one row (`RETURNING`) in a
     /// write transaction of its own.
     async fn write_returning<'q, T: Row>(
