@@ -454,6 +454,8 @@ pub struct PaymentInsert {
     /// (PostgreSQL's pay batches do); otherwise the pay stays pending and the
     /// workers settle it at their next round, as any due pay.
     pub settle_at_once: Option<String>,
+    /// The app whose token made it (SPEC §12: its events reach that app).
+    pub origin: Option<String>,
 }
 
 impl PaymentInsert {
