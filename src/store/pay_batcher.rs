@@ -11,7 +11,7 @@
 //! the others).
 
 use super::batch_queue::{answer_failed_batch, submit, BatchQueue, Batches};
-use super::payments::{ColumnValue, Recorded, PAYMENT_ROW, PG_HOLDS_SQL};
+use super::payments::{pay_batch_json, Recorded, PG_HOLDS_SQL};
 use super::pool::Lender;
 use super::{PaymentInsert, RecordedToAccount, StoreError};
 use sqlx::{Postgres, Row};
@@ -166,35 +166,11 @@ fn take_batch(queued: &mut VecDeque<QueuedPay>) -> Vec<QueuedPay> {
     batch
 }
 
-/// `PG_HOLDS_SQL` with the batch's pays bound, a column at a time.
+/// `PG_HOLDS_SQL` with the batch's pays bound, as one JSON array.
 fn holds_statement(
     batch: &[QueuedPay],
 ) -> sqlx::query::Query<'static, Postgres, sqlx::postgres::PgArguments> {
-    let pays = || batch.iter().map(|pay| &pay.insert);
-    let maybe_text =
-        |f: fn(&PaymentInsert) -> Option<String>| pays().map(f).collect::<Vec<Option<String>>>();
-    let hold = |f: fn(&super::Movement) -> String| {
-        pays()
-            .map(|i| i.hold.as_ref().map(f))
-            .collect::<Vec<Option<String>>>()
-    };
-    let mut query = sqlx::query(PG_HOLDS_SQL.as_str());
-    for column in &PAYMENT_ROW {
-        query = match column.value {
-            ColumnValue::Text(value) => {
-                query.bind(pays().map(|i| value(&i.payment)).collect::<Vec<_>>())
-            }
-            ColumnValue::Int(value) => {
-                query.bind(pays().map(|i| value(&i.payment)).collect::<Vec<_>>())
-            }
-        };
-    }
-    query
-        .bind(hold(|h| h.id.clone()))
-        .bind(hold(|h| h.to.clone()))
-        .bind(hold(|h| h.kind.as_str().to_owned()))
-        .bind(pays().map(|i| i.check_target).collect::<Vec<bool>>())
-        .bind(maybe_text(|i| i.settle_at_once.clone()))
+    sqlx::query(PG_HOLDS_SQL).bind(pay_batch_json(batch.iter().map(|pay| &pay.insert)))
 }
 
 /// What the batch did for one pay, read from its row.

@@ -12,7 +12,9 @@ use crate::domain::{Audience, Medium, PaymentAction, PaymentKind, PaymentStatus,
 /// statements' column list and placeholders (`payment_columns!`,
 /// `payment_placeholders!`, literals so that statements can be `concat!`ed at
 /// compile time) are checked against it by a test. A column is added here,
-/// in those two literals, in the migrations, and in `pay_batch`.
+/// in those two literals, in the migrations, and in `pay_batch`'s record type
+/// (`sql/postgres/functions/pay_batch.sql`), which reads it by name from
+/// [`pay_batch_json`].
 pub(crate) const PAYMENT_ROW: [PaymentColumn; 17] = [
     PaymentColumn::text("id", |p| Some(p.id.clone())),
     PaymentColumn::text("kind", |p| Some(p.kind.as_str().to_owned())),
@@ -184,44 +186,50 @@ pub(crate) const PG_CHARGE_SQL: &str = concat!(
 /// `PG_HOLD_TO_ACCOUNT_SQL` make one: the database function `pay_batch`
 /// (`sql/postgres/functions/pay_batch.sql`, which says why) locks the actors'
 /// rows and those of the targets it may credit, writes the pays, then settles
-/// those due at once with `settle_pays`. `$1`..`$17` are arrays of the payment rows' columns in
-/// `PAYMENT_ROW` order, `$18`..`$20` of their holds' movement ids, credited
-/// accounts and kinds, `$21` of whether the target account was named by id and
-/// not read, `$22` of their settlements' movement ids when they are to settle
-/// at once (`PaymentInsert::settle_at_once`), else NULL. One row per pay: its
-/// id (`pay_id`), the actor's balance after it (NULL when nothing was written:
-/// not covered, or no such target), and, when `$21`, the target account's
-/// columns (NULL when there is none). Its arrays' types are written from
-/// [`PAYMENT_ROW`].
-pub(crate) static PG_HOLDS_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-    let mut arrays: Vec<String> = PAYMENT_ROW
-        .iter()
-        .enumerate()
-        .map(|(i, column)| match column.value {
-            ColumnValue::Text(_) => format!("${}::text[]", i + 1),
-            ColumnValue::Int(_) => format!("${}::int8[]", i + 1),
+/// those due at once with `settle_pays`. `$1` is the pays as one JSON array
+/// ([`pay_batch_json`]). One row per pay: its id (`pay_id`), the actor's
+/// balance after it (NULL when nothing was written: not covered, or no such
+/// target), and, when its target account was named by id and not read
+/// (`check_target`), that account's columns (NULL when there is none).
+pub(crate) const PG_HOLDS_SQL: &str = concat!(
+    "SELECT b.pay_id, b.actor_balance_cents, t.* FROM pay_batch($1::jsonb) AS b \
+     JOIN jsonb_to_recordset($1::jsonb) AS q (id text, target_user_id text, check_target bool) \
+       ON q.id = b.pay_id \
+     LEFT JOIN LATERAL (SELECT ",
+    super::sql::user_columns!(),
+    " FROM users WHERE q.check_target AND users.id = q.target_user_id) AS t ON true"
+);
+
+/// The argument of `pay_batch`: one JSON object per pay, its payment row's
+/// columns named as in [`PAYMENT_ROW`], then its hold (`hold_id`,
+/// `hold_account`, `hold_kind`), `check_target` and `settle_id` (the movement
+/// id of its settlement when it is to settle at once,
+/// `PaymentInsert::settle_at_once`; else null).
+pub(crate) fn pay_batch_json<'a>(pays: impl Iterator<Item = &'a PaymentInsert>) -> String {
+    use serde_json::Value;
+    let pays: Vec<Value> = pays
+        .map(|insert| {
+            let mut pay: serde_json::Map<String, Value> = PAYMENT_ROW
+                .iter()
+                .map(|column| {
+                    let value = match column.value {
+                        ColumnValue::Text(value) => value(&insert.payment).into(),
+                        ColumnValue::Int(value) => value(&insert.payment).into(),
+                    };
+                    (column.name.to_owned(), value)
+                })
+                .collect();
+            let hold = insert.hold.as_ref();
+            pay.insert("hold_id".into(), hold.map(|h| h.id.clone()).into());
+            pay.insert("hold_account".into(), hold.map(|h| h.to.clone()).into());
+            pay.insert("hold_kind".into(), hold.map(|h| h.kind.as_str()).into());
+            pay.insert("check_target".into(), insert.check_target.into());
+            pay.insert("settle_id".into(), insert.settle_at_once.clone().into());
+            Value::Object(pay)
         })
         .collect();
-    arrays.extend(
-        ["text", "text", "text", "bool", "text"]
-            .iter()
-            .enumerate()
-            .map(|(i, kind)| format!("${}::{kind}[]", PAYMENT_ROW.len() + i + 1)),
-    );
-    let place = |name: &str| PAYMENT_ROW.iter().position(|c| c.name == name).unwrap_or(0) + 1;
-    format!(
-        "SELECT b.pay_id, b.actor_balance_cents, t.* FROM pay_batch({}) AS b \
-         JOIN unnest(${}::text[], ${}::text[], ${}::bool[]) \
-           AS q (id, target_user_id, check_target) ON q.id = b.pay_id \
-         LEFT JOIN LATERAL (SELECT {} \
-           FROM users WHERE q.check_target AND users.id = q.target_user_id) AS t ON true",
-        arrays.join(", "),
-        place("id"),
-        place("target_user_id"),
-        PAYMENT_ROW.len() + 4,
-        super::sql::USER_COLUMNS
-    )
-});
+    Value::Array(pays).to_string()
+}
 
 /// On SQLite, the statements of a write that the group writer runs open this
 /// savepoint first and release it last, so
@@ -637,7 +645,7 @@ mod tests {
             ("PG_HOLD_TO_ACCOUNT_SQL", PG_HOLD_TO_ACCOUNT_SQL),
             ("PG_CHARGE_SQL", PG_CHARGE_SQL),
             ("PG_CHARGE_TO_ACCOUNT_SQL", PG_CHARGE_TO_ACCOUNT_SQL),
-            ("PG_HOLDS_SQL", PG_HOLDS_SQL.as_str()),
+            ("PG_HOLDS_SQL", PG_HOLDS_SQL),
             ("SQLITE_HOLD_SQL", SQLITE_HOLD_SQL),
             ("SQLITE_HOLD_TO_ACCOUNT_SQL", SQLITE_HOLD_TO_ACCOUNT_SQL),
             ("SQLITE_CHARGE_SQL", SQLITE_CHARGE_SQL),

@@ -1,14 +1,16 @@
 -- Many pays in one round trip and one commit (PostgreSQL's pay batches,
 -- `store/pay_batcher.rs`, decision 004), each all or nothing as the one-pay
 -- statements make one: a pay its actor's balance does not cover, or whose
--- target account (named by id and not read, `check_targets`) is missing,
--- writes nothing and leaves the others in. The arguments are arrays, one
--- place per pay: its payment row's columns, its hold (movement id, credited
--- account, kind), whether to check its target, and `settle_ids`.
+-- target account (named by id and not read, `check_target`) is missing,
+-- writes nothing and leaves the others in. `pays` is a JSON array with one
+-- object per pay: its payment row's columns by name (`PAYMENT_ROW` in
+-- `store/payments.rs` writes them), its hold (`hold_id`, the movement;
+-- `hold_account`, the account it credits; `hold_kind`), `check_target`, and
+-- `settle_id`.
 --
--- `settle_ids` holds, for each pay due for settlement the moment it is made
--- (a pay to an account under a settlement delay of 0), the movement id of its
--- settlement (NULL for the others). Such a pay to an active account is settled
+-- `settle_id` is, for a pay due for settlement the moment it is made (a pay
+-- to an account under a settlement delay of 0), the movement id of its
+-- settlement (null for the others). Such a pay to an active account is settled
 -- in the same transaction, at its `date_created`, by `settle_pays`: its row is
 -- written settled, so that it never enters the index of open payments. A pay
 -- to a suspended account stays pending for the workers to fail, as any pay to
@@ -24,17 +26,11 @@
 --
 -- One row per pay: its id and its actor's balance after it (NULL when nothing
 -- was written).
-CREATE OR REPLACE FUNCTION pay_batch(
-    ids TEXT[], kinds TEXT[], actor_ids TEXT[], target_types TEXT[],
-    target_user_ids TEXT[], target_emails TEXT[], target_phones TEXT[],
-    actions TEXT[], amounts BIGINT[], notes TEXT[], audiences TEXT[],
-    statuses TEXT[], media TEXT[], dates_created BIGINT[], dates_completed BIGINT[],
-    reached_account_ats BIGINT[], refund_payment_ids TEXT[],
-    hold_ids TEXT[], hold_accounts TEXT[], hold_kinds TEXT[], check_targets BOOLEAN[],
-    settle_ids TEXT[]
-) RETURNS TABLE (pay_id TEXT, actor_balance_cents BIGINT)
+CREATE OR REPLACE FUNCTION pay_batch(pays JSONB)
+RETURNS TABLE (pay_id TEXT, actor_balance_cents BIGINT)
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
+    actor_ids TEXT[];
     to_credit TEXT[];
     active TEXT[];
     answered TEXT[];
@@ -45,8 +41,12 @@ DECLARE
     settlements TEXT[];
     settling_ats BIGINT[];
 BEGIN
-    to_credit := ARRAY(SELECT t FROM unnest(target_user_ids, settle_ids) AS s (t, m)
-                       WHERE m IS NOT NULL AND t IS NOT NULL);
+    SELECT array_agg(s.actor_id),
+           coalesce(array_agg(s.target_user_id)
+                    FILTER (WHERE s.settle_id IS NOT NULL AND s.target_user_id IS NOT NULL),
+                    '{}')
+    INTO actor_ids, to_credit
+    FROM jsonb_to_recordset(pays) AS s (actor_id TEXT, target_user_id TEXT, settle_id TEXT);
     SELECT array_agg(u.id) FILTER (WHERE u.id = ANY (to_credit) AND NOT u.suspended)
     INTO active FROM (
         SELECT id, suspended FROM users
@@ -54,14 +54,13 @@ BEGIN
         ORDER BY id FOR NO KEY UPDATE) AS u;
     WITH p AS (
         SELECT u.*, (u.settle_id IS NOT NULL AND u.target_user_id = ANY (active)) AS settles
-        FROM unnest(ids, kinds, actor_ids, target_types, target_user_ids,
-            target_emails, target_phones, actions, amounts, notes, audiences, statuses,
-            media, dates_created, dates_completed, reached_account_ats, refund_payment_ids,
-            hold_ids, hold_accounts, hold_kinds, check_targets, settle_ids)
-        AS u (id, kind, actor_id, target_type, target_user_id, target_email, target_phone,
-            action, amount_cents, note, audience, status, medium, date_created,
-            date_completed, reached_account_at, refund_payment_id,
-            hold_id, hold_account, hold_kind, check_target, settle_id)),
+        FROM jsonb_to_recordset(pays)
+        AS u (id TEXT, kind TEXT, actor_id TEXT, target_type TEXT, target_user_id TEXT,
+            target_email TEXT, target_phone TEXT, action TEXT, amount_cents BIGINT,
+            note TEXT, audience TEXT, status TEXT, medium TEXT, date_created BIGINT,
+            date_completed BIGINT, reached_account_at BIGINT, refund_payment_id TEXT,
+            hold_id TEXT, hold_account TEXT, hold_kind TEXT, check_target BOOLEAN,
+            settle_id TEXT)),
     debit AS (
         UPDATE users SET balance_cents = users.balance_cents - p.amount_cents FROM p
         WHERE users.id = p.actor_id AND users.balance_cents >= p.amount_cents
