@@ -49,6 +49,9 @@ pub struct Reply {
     pub location: Option<String>,
     pub body_bytes: usize,
     pub delay: Duration,
+    /// The `content-length` announced, when more than `body_bytes`: the
+    /// rest never comes, and the connection stays open this long.
+    pub announced: Option<(usize, Duration)>,
 }
 
 impl Reply {
@@ -58,6 +61,7 @@ impl Reply {
             location: None,
             body_bytes: 0,
             delay: Duration::ZERO,
+            announced: None,
         }
     }
 }
@@ -209,9 +213,12 @@ async fn serve(
         .pop_front()
         .unwrap_or(Reply::status(200));
     tokio::time::sleep(reply.delay).await;
+    let length = reply
+        .announced
+        .map_or(reply.body_bytes, |(length, _)| length);
     let mut answer = format!(
-        "HTTP/1.1 {} X\r\ncontent-length: {}\r\nconnection: close\r\n",
-        reply.status, reply.body_bytes
+        "HTTP/1.1 {} X\r\ncontent-length: {length}\r\nconnection: close\r\n",
+        reply.status
     );
     if let Some(location) = &reply.location {
         answer.push_str(&format!("location: {location}\r\n"));
@@ -220,6 +227,10 @@ async fn serve(
     socket.write_all(answer.as_bytes()).await?;
     if reply.body_bytes > 0 {
         socket.write_all(&vec![b'x'; reply.body_bytes]).await?;
+    }
+    if let Some((_, open)) = reply.announced {
+        socket.flush().await?;
+        tokio::time::sleep(open).await;
     }
     socket.shutdown().await
 }

@@ -23,6 +23,7 @@ on_both_backends!(
     an_event_reaches_only_the_apps_linked_to_the_payment_and_once_each,
     a_failed_attempt_is_retried_with_the_same_webhook_id_and_body,
     a_redirect_is_not_followed,
+    an_answer_slower_than_10_seconds_fails_and_only_1_kib_of_an_answer_is_read,
     a_rotated_secret_signs_beside_the_new_one,
     private_addresses_are_refused_when_added_and_when_delivered,
     the_operator_commands_refuse_what_section_12_refuses_and_list_no_secret,
@@ -450,6 +451,50 @@ async fn a_redirect_is_not_followed(backend: Backend) {
     let deliveries = attempts(&app.db, &f.client_id, 2).await;
     let first = deliveries.iter().find(|d| d["attempt"] == 1).unwrap();
     assert_eq!(first["answer"], 307, "{deliveries:?}");
+}
+
+/// An answer that has not come within 10 seconds is a failed attempt (no
+/// answer); the retry's answer, a 200 announcing a body far larger than
+/// 1 KiB of which only 2 KiB ever comes, is a delivery as soon as the
+/// first KiB is read: the rest is not waited for.
+async fn an_answer_slower_than_10_seconds_fails_and_only_1_kib_of_an_answer_is_read(
+    backend: Backend,
+) {
+    let Some(app) = spawn(backend, |s| s.settlement_delay = Duration::from_secs(3600)).await else {
+        return;
+    };
+    let store = app.store.as_ref();
+    let f = fixture(&app).await;
+    let receiver = Receiver::start().await;
+    receiver.plan([
+        Reply {
+            delay: Duration::from_secs(13),
+            ..Reply::status(200)
+        },
+        Reply {
+            body_bytes: 2048,
+            announced: Some((50 * 1024 * 1024, Duration::from_secs(40))),
+            ..Reply::status(200)
+        },
+    ]);
+    add_endpoint(&app.db, &f.client_id, &receiver.url("/hook"), None);
+    let ann = person(store, "ann", "10.00").await;
+    let bob = person(store, "bob", "0").await;
+    let token = app_token(store, &ann.id, &f.client_id, "make_payments").await;
+    pay(&app, &token, json!({"user_id": bob.id}), "1.00").await;
+    let first = attempts(&app.db, &f.client_id, 1).await;
+    assert_eq!(first[0]["answer"], Value::Null, "{first:?}");
+    let started = std::time::Instant::now();
+    receiver
+        .wait_until(Duration::from_secs(20), |all| all.len() >= 2)
+        .await;
+    let deliveries = attempts(&app.db, &f.client_id, 2).await;
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "the second attempt waited for the whole answer"
+    );
+    let second = deliveries.iter().find(|d| d["attempt"] == 2).unwrap();
+    assert_eq!(second["answer"], 200, "{deliveries:?}");
 }
 
 /// After a rotation, deliveries carry two signatures: the new secret's and
