@@ -108,6 +108,8 @@ pub struct AttemptOutcome {
     pub retry_at: Option<i64>,
     /// The endpoint is disabled if it has been failing since before this.
     pub disable_if_failing_since: i64,
+    /// The body this attempt rendered (its first), kept for the next ones.
+    pub rendered: Option<String>,
 }
 
 /// The deliveries of one payment event, written in the transaction of the
@@ -209,12 +211,9 @@ pub trait WebhookStore: Send + Sync {
         limit: i64,
     ) -> Result<Vec<ClaimedDelivery>, StoreError>;
 
-    /// Keeps a delivery's body, rendered at its first attempt, for the next.
-    async fn set_delivery_body(&self, delivery_id: &str, body: &str) -> Result<(), StoreError>;
-
     /// Records an attempt, if its claim still holds: the attempt, the
-    /// delivery's state and next attempt, the endpoint's failing time (and
-    /// its disabling). Whether the claim held.
+    /// delivery's state, next attempt and (after its first) body, the
+    /// endpoint's failing time (and its disabling). Whether the claim held.
     async fn finish_attempt(&self, outcome: &AttemptOutcome) -> Result<bool, StoreError>;
 
     /// Queues a test event for one endpoint of the app; whether it has it.

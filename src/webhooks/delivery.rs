@@ -115,7 +115,8 @@ impl Deliverer {
     /// One attempt, recorded whatever it came to.
     #[tracing::instrument(skip_all, fields(delivery = %d.id, attempt = d.attempts))]
     async fn attempt(&self, d: ClaimedDelivery, claim: &str) {
-        let (answer, error) = match self.send(&d).await {
+        let mut rendered = None;
+        let (answer, error) = match self.send(&d, &mut rendered).await {
             Ok(status) if (200..300).contains(&status) => (Some(status), None),
             Ok(status) => (Some(status), Some(format!("answered {status}"))),
             Err(e) => (None, Some(format!("{e:#}"))),
@@ -137,6 +138,7 @@ impl Deliverer {
             delivered,
             retry_at,
             disable_if_failing_since: at.saturating_sub(micros(DISABLE_AFTER)),
+            rendered,
         };
         match self.store.finish_attempt(&outcome).await {
             Ok(true) => {}
@@ -145,16 +147,16 @@ impl Deliverer {
         }
     }
 
-    /// Renders (first attempt), signs and posts the delivery; the answer's
-    /// status code.
-    async fn send(&self, d: &ClaimedDelivery) -> anyhow::Result<u16> {
+    /// Renders (first attempt: into `rendered`, which the attempt's record
+    /// keeps), signs and posts the delivery; the answer's status code.
+    async fn send(
+        &self,
+        d: &ClaimedDelivery,
+        rendered: &mut Option<String>,
+    ) -> anyhow::Result<u16> {
         let body = match &d.body {
             Some(body) => body.clone(),
-            None => {
-                let body = self.render(d).await?;
-                self.store.set_delivery_body(&d.id, &body).await?;
-                body
-            }
+            None => rendered.insert(self.render(d).await?).clone(),
         };
         let url = url::Url::parse(&d.url)?;
         check_url(&url, self.allow_private)?;

@@ -884,6 +884,7 @@ async fn an_endpoint_failing_for_five_days_is_disabled_and_old_events_are_purged
             delivered: false,
             retry_at: Some(later + 3_600_000_000),
             disable_if_failing_since: later - 5 * day,
+            rendered: None,
         })
         .await
         .unwrap());

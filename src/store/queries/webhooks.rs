@@ -216,16 +216,6 @@ impl WebhookStore for ThisStore {
         .await
     }
 
-    async fn set_delivery_body(&self, delivery_id: &str, body: &str) -> Result<(), StoreError> {
-        self.write_one(
-            sqlx::query("UPDATE webhook_deliveries SET body = $2 WHERE id = $1 AND body IS NULL")
-                .bind(delivery_id)
-                .bind(body),
-        )
-        .await?;
-        Ok(())
-    }
-
     #[tracing::instrument(skip_all, fields(delivery_id = %o.delivery_id, attempt = o.attempt))]
     async fn finish_attempt(&self, o: &AttemptOutcome) -> Result<bool, StoreError> {
         let state = match (o.delivered, o.retry_at) {
@@ -235,13 +225,15 @@ impl WebhookStore for ThisStore {
         };
         let mut tx = self.write().await?;
         let held = sqlx::query(
-            "UPDATE webhook_deliveries SET state = $3, next_attempt_at = $4, claim = NULL \
+            "UPDATE webhook_deliveries SET state = $3, next_attempt_at = $4, claim = NULL, \
+               body = COALESCE(body, $5) \
              WHERE id = $1 AND claim = $2",
         )
         .bind(&o.delivery_id)
         .bind(&o.claim)
         .bind(state)
         .bind(o.retry_at.unwrap_or(o.at))
+        .bind(&o.rendered)
         .execute(&mut *tx)
         .await?
         .rows_affected()
