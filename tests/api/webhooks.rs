@@ -25,6 +25,7 @@ on_both_backends!(
     a_redirect_is_not_followed,
     an_answer_slower_than_10_seconds_fails_and_only_1_kib_of_an_answer_is_read,
     a_rotated_secret_signs_beside_the_new_one,
+    an_event_whose_last_retry_fails_is_marked_failed,
     private_addresses_are_refused_when_added_and_when_delivered,
     the_operator_commands_refuse_what_section_12_refuses_and_list_no_secret,
     the_developer_tab_adds_an_endpoint_sends_a_test_event_and_resends_it,
@@ -541,6 +542,82 @@ async fn a_rotated_secret_signs_beside_the_new_one(backend: Backend) {
     let stranger = tally::webhooks::signing::new_secret();
     use secrecy::ExposeSecret;
     assert!(!event.verifies_with(stranger.expose_secret()));
+
+    // 24 hours on (the overlap's end moved to the past), the new secret
+    // alone signs.
+    execute(&app.db, "UPDATE webhook_endpoints SET previous_until = 1").await;
+    let paid = pay(&app, &token, json!({"user_id": bob.id}), "2.00").await;
+    let event = receiver
+        .event("payment.created", paid["id"].as_str().unwrap())
+        .await;
+    assert_eq!(event.header("webhook-signature").split(' ').count(), 1);
+    assert!(event.verifies_with(&new));
+    assert!(!event.verifies_with(&old), "the old secret still signs");
+}
+
+/// Runs one statement on the test's database (to move a stored time into
+/// the past, as time passing would).
+async fn execute(db: &TestDb, sql: &str) {
+    use sqlx::Connection;
+    match &db.url {
+        DatabaseUrl::Sqlite(url) => {
+            let mut conn = sqlx::SqliteConnection::connect(url).await.unwrap();
+            sqlx::query(sql).execute(&mut conn).await.unwrap();
+        }
+        DatabaseUrl::Postgres(url) => {
+            let mut conn = sqlx::PgConnection::connect(url).await.unwrap();
+            sqlx::query(sql).execute(&mut conn).await.unwrap();
+        }
+    }
+}
+
+/// After the last retry (the 8th attempt) fails, the event is marked
+/// failed, and is not tried again until it is resent.
+async fn an_event_whose_last_retry_fails_is_marked_failed(backend: Backend) {
+    let Some(app) = spawn(backend, |s| s.settlement_delay = Duration::from_secs(3600)).await else {
+        return;
+    };
+    let store = app.store.as_ref();
+    let f = fixture(&app).await;
+    let receiver = Receiver::start().await;
+    receiver.plan((0..3).map(|_| Reply::status(500)));
+    add_endpoint(&app.db, &f.client_id, &receiver.url("/hook"), None);
+    let ann = person(store, "ann", "10.00").await;
+    let bob = person(store, "bob", "0").await;
+    let token = app_token(store, &ann.id, &f.client_id, "make_payments").await;
+    pay(&app, &token, json!({"user_id": bob.id}), "1.00").await;
+    attempts(&app.db, &f.client_id, 1).await;
+    // Seven attempts made (hours on), the eighth is due now.
+    execute(
+        &app.db,
+        "UPDATE webhook_deliveries SET attempts = 7, next_attempt_at = 0",
+    )
+    .await;
+    let deliveries = attempts(&app.db, &f.client_id, 2).await;
+    let last = deliveries.iter().find(|d| d["attempt"] == 8).unwrap();
+    assert_eq!(last["answer"], 500, "{deliveries:?}");
+    let browser = Browser::new(&app.origin);
+    let signin = browser.get("/signin").await;
+    browser.sign_in(&signin, &f.username, PASSWORD).await;
+    let path = format!("/developer/apps/{}/webhooks", f.client_id);
+    let page = browser.get(&path).await;
+    assert!(page.text().contains("failed"), "{}", page.text());
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        receiver.received().len(),
+        2,
+        "a failed event was tried again"
+    );
+    // Resent from the Developer tab, it goes out again (the receiver now
+    // answers 200).
+    let resend_action = format!("{path}/resend");
+    let resent = browser
+        .post(&resend_action, &page.form(&resend_action))
+        .await;
+    assert_eq!(resent.status, 303);
+    receiver
+        .wait_until(Duration::from_secs(10), |all| all.len() >= 3)
+        .await;
 }
 
 /// Without TALLY_WEBHOOK_ALLOW_PRIVATE, `add` refuses loopback addresses in
