@@ -22,5 +22,4 @@ pub mod store;
 pub mod telemetry;
 pub mod verification;
 pub mod web;
-pub mod webhooks;
 pub mod workers;

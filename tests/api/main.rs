@@ -8,7 +8,6 @@ mod fixtures;
 mod helpers;
 mod mail_sink;
 mod oauth_fixture;
-mod webhook_receiver;
 
 mod abuse_limits;
 mod cli;
@@ -40,4 +39,3 @@ mod secret_key;
 mod signin_load;
 mod store_conformance;
 mod users_api;
-mod webhooks;
