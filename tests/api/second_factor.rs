@@ -477,6 +477,18 @@ async fn the_authorize_endpoint_and_the_device_page_ask_for_the_second_factor_to
     assert_eq!(browser.get("/device").await.status, 200);
 }
 
+/// Sends a confirmation page's form back with a fresh code of the app.
+async fn confirm_with_app(browser: &Browser, page: &Page, action: &str, app: &App) -> Page {
+    let now = steady_now().await;
+    submit(
+        browser,
+        page,
+        action,
+        &[("second_factor", &app.code_at(now + 30))],
+    )
+    .await
+}
+
 /// The confirmation page of a step-up: the same form again, with a code.
 fn is_confirmation(page: &Page) -> bool {
     page.status == 200 && page.text().contains("Confirm it is you")
@@ -513,14 +525,7 @@ async fn sensitive_actions_ask_for_a_fresh_second_factor_and_then_carry_the_acti
     )
     .await;
     assert!(is_confirmation(&wrong) && wrong.text().contains("not right"));
-    let now = steady_now().await;
-    let done = submit(
-        &browser,
-        &asked,
-        "/developer/token",
-        &[("second_factor", &app_codes.code_at(now + 30))],
-    )
-    .await;
+    let done = confirm_with_app(&browser, &asked, "/developer/token", &app_codes).await;
     assert_eq!(done.status, 303, "{}", done.body);
     let shown = browser.get(&done.location().unwrap()).await;
     assert!(
@@ -605,14 +610,7 @@ async fn a_payment_over_the_step_up_amount_needs_a_fresh_factor_and_a_smaller_on
     // Nothing moved yet.
     let balance = crate::fixtures::balance_cents(app.store.as_ref(), &f.user_id).await;
     assert_eq!(balance, 2000);
-    let now = steady_now().await;
-    let done = submit(
-        &browser,
-        &large,
-        "/account/payments",
-        &[("second_factor", &app_codes.code_at(now + 30))],
-    )
-    .await;
+    let done = confirm_with_app(&browser, &large, "/account/payments", &app_codes).await;
     assert_eq!(
         done.location().as_deref(),
         Some("/account#payments"),
@@ -679,14 +677,7 @@ async fn a_session_signed_in_before_the_first_factor_was_added_must_step_up(back
     )
     .await;
     assert!(is_confirmation(&asked), "{}", asked.body);
-    let now = steady_now().await;
-    let done = submit(
-        &earlier,
-        &asked,
-        "/account/password",
-        &[("second_factor", &app_codes.code_at(now + 30))],
-    )
-    .await;
+    let done = confirm_with_app(&earlier, &asked, "/account/password", &app_codes).await;
     assert_eq!(
         done.location().as_deref(),
         Some("/account"),
@@ -745,14 +736,7 @@ async fn the_confirmation_page_carries_typed_passwords_sealed_and_only_to_their_
     assert_eq!(refused.status, 400, "{}", refused.body);
 
     // With the code, the confirmation carries the change out.
-    let now = steady_now().await;
-    let done = submit(
-        &earlier,
-        &asked,
-        "/account/password",
-        &[("second_factor", &app_codes.code_at(now + 30))],
-    )
-    .await;
+    let done = confirm_with_app(&earlier, &asked, "/account/password", &app_codes).await;
     assert_eq!(
         done.location().as_deref(),
         Some("/account"),
