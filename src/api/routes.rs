@@ -10,9 +10,12 @@ use actix_web::HttpResponse;
 /// compares the document against) and a `configure` function (what actix
 /// serves) come from the same lines. A path that exists answers other methods
 /// with 405 `method_not_allowed` and an `Allow` header listing its methods.
+/// A path may name middleware functions in brackets, `"/p" [a, b] => {…}`:
+/// each wraps the path's resource (`from_fn`), in that order, so the last
+/// named is the outermost.
 macro_rules! route_table {
     ($(#[$meta:meta])* $table:ident, $configure:ident,
-     $($path:literal => { $($method:ident => $handler:path),+ $(,)? }),+ $(,)?) => {
+     $($path:literal $([$($wrap:path),+ $(,)?])? => { $($method:ident => $handler:path),+ $(,)? }),+ $(,)?) => {
         $(#[$meta])*
         pub const $table: &[(&str, &str)] = &[$($((stringify!($method), $path),)+)+];
 
@@ -22,6 +25,7 @@ macro_rules! route_table {
                 let allow = $crate::api::routes::allow_header(&[$(stringify!($method)),+]);
                 cfg.service(
                     actix_web::web::resource($path)
+                        $($(.wrap(actix_web::middleware::from_fn($wrap)))+)?
                         $(.route(actix_web::web::$method().to($handler)))+
                         .default_service(actix_web::web::to(move || $crate::api::routes::method_not_allowed(allow.clone()))),
                 );

@@ -100,56 +100,27 @@ fn page_routes(cfg: &mut web::ServiceConfig) {
     }
 }
 
-/// The authorization server's pages under `/v1/oauth` (startup registers
-/// them in the OAuth scope, behind the OAuth rate limit, beside
-/// `api::OAUTH_ROUTES`): consent, and RP-initiated logout with its
-/// confirmation form.
-pub const OAUTH_PAGE_ROUTES: &[(&str, &str)] = &[
-    ("get", "/authorize"),
-    ("post", "/authorize"),
-    ("get", "/logout"),
-    ("post", "/logout"),
-    ("post", "/logout/confirm"),
-];
-
-/// Registers [`OAUTH_PAGE_ROUTES`], guarded like the other pages. Written out
-/// rather than with `api::routes::route_table!`, which cannot wrap a resource.
-/// One exception: `POST /logout` is an app's request, posted from the app's
-/// own page (RP-Initiated Logout 1.0 §2), so it has the page headers but not
-/// the form check; it ends a session only for an ID token hint of that very
-/// session, and asks on the confirmation page, whose form is checked.
-pub fn configure_oauth(cfg: &mut web::ServiceConfig) {
-    let allow = crate::api::routes::allow_header(&["get", "post"]);
-    let allow_logout = allow.clone();
-    let allow_confirm = crate::api::routes::allow_header(&["post"]);
-    cfg.service(
-        web::resource("/authorize")
-            .wrap(from_fn(guard::check_forms))
-            .wrap(from_fn(guard::page_headers))
-            .route(web::get().to(authorize::show))
-            .route(web::post().to(authorize::decide))
-            .default_service(web::to(move || {
-                crate::api::routes::method_not_allowed(allow.clone())
-            })),
-    )
-    .service(
-        web::resource("/logout")
-            .wrap(from_fn(guard::page_headers))
-            .route(web::get().to(logout::request))
-            .route(web::post().to(logout::request_form))
-            .default_service(web::to(move || {
-                crate::api::routes::method_not_allowed(allow_logout.clone())
-            })),
-    )
-    .service(
-        web::resource("/logout/confirm")
-            .wrap(from_fn(guard::check_forms))
-            .wrap(from_fn(guard::page_headers))
-            .route(web::post().to(logout::confirm))
-            .default_service(web::to(move || {
-                crate::api::routes::method_not_allowed(allow_confirm.clone())
-            })),
-    );
+crate::api::routes::route_table! {
+    /// The authorization server's pages under `/v1/oauth` (startup registers
+    /// them in the OAuth scope, behind the OAuth rate limit, beside
+    /// `api::OAUTH_ROUTES`): consent, and RP-initiated logout with its
+    /// confirmation form, guarded like the other pages. One exception:
+    /// `POST /logout` is an app's request, posted from the app's own page
+    /// (RP-Initiated Logout 1.0 §2), so it has the page headers but not the
+    /// form check; it ends a session only for an ID token hint of that very
+    /// session, and asks on the confirmation page, whose form is checked.
+    OAUTH_PAGE_ROUTES, configure_oauth,
+    "/authorize" [guard::check_forms, guard::page_headers] => {
+        get => authorize::show,
+        post => authorize::decide,
+    },
+    "/logout" [guard::page_headers] => {
+        get => logout::request,
+        post => logout::request_form,
+    },
+    "/logout/confirm" [guard::check_forms, guard::page_headers] => {
+        post => logout::confirm,
+    },
 }
 
 /// Form bodies the pages cannot read get an error page (with the page headers),
@@ -186,17 +157,18 @@ const STYLESHEET: &str = include_str!("../../static/tally.css");
 const PASSKEYS_SCRIPT: &str = include_str!("../../static/passkeys.js");
 
 async fn passkeys_script() -> HttpResponse {
-    HttpResponse::Ok()
-        .content_type("text/javascript; charset=utf-8")
-        .insert_header((header::CACHE_CONTROL, "public, max-age=3600"))
-        .insert_header((header::X_CONTENT_TYPE_OPTIONS, "nosniff"))
-        .body(PASSKEYS_SCRIPT)
+    static_file("text/javascript; charset=utf-8", PASSKEYS_SCRIPT)
 }
 
 async fn stylesheet() -> HttpResponse {
+    static_file("text/css; charset=utf-8", STYLESHEET)
+}
+
+/// A file under `/static`: cached for an hour, never sniffed.
+fn static_file(content_type: &'static str, body: &'static str) -> HttpResponse {
     HttpResponse::Ok()
-        .content_type("text/css; charset=utf-8")
+        .content_type(content_type)
         .insert_header((header::CACHE_CONTROL, "public, max-age=3600"))
         .insert_header((header::X_CONTENT_TYPE_OPTIONS, "nosniff"))
-        .body(STYLESHEET)
+        .body(body)
 }
