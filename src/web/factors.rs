@@ -613,6 +613,30 @@ pub struct RemoveFactorForm {
     second_factor: String,
 }
 
+/// Whether `given` is the signed-in user's password, checked under the
+/// sign-in throttle (a wait or a busy hasher is the error page).
+async fn is_own_password(
+    req: &HttpRequest,
+    state: &AppState,
+    user: &User,
+    given: &str,
+) -> Result<bool, PageError> {
+    let confirmation = confirm_password(
+        state.store.as_ref(),
+        &state.hasher,
+        &Attempt::new(&user.id, client_ip(req)).waited_on_by(requester(req)),
+        Some(&user.password_hash),
+        given,
+    )
+    .await?;
+    match confirmation {
+        Confirmation::Confirmed => Ok(true),
+        Confirmation::Refused => Ok(false),
+        Confirmation::Wait(wait) => Err(PageError::wait(wait)),
+        Confirmation::Busy => Err(PageError::Busy),
+    }
+}
+
 /// The last factor goes only with the password and a factor or recovery
 /// code (SPEC §11): `Ok(())` when both were given and right.
 pub async fn confirm_last_factor_removal(
@@ -622,19 +646,8 @@ pub async fn confirm_last_factor_removal(
     factors: &Factors,
     form: &RemoveFactorForm,
 ) -> Result<Result<(), String>, PageError> {
-    let confirmation = confirm_password(
-        state.store.as_ref(),
-        &state.hasher,
-        &Attempt::new(&user.id, client_ip(req)).waited_on_by(requester(req)),
-        Some(&user.password_hash),
-        &form.password,
-    )
-    .await?;
-    match confirmation {
-        Confirmation::Confirmed => {}
-        Confirmation::Wait(wait) => return Err(PageError::wait(wait)),
-        Confirmation::Busy => return Err(PageError::Busy),
-        Confirmation::Refused => return Ok(Err("That is not your password.".to_owned())),
+    if !is_own_password(req, state, user, &form.password).await? {
+        return Ok(Err("That is not your password.".to_owned()));
     }
     if req.extensions().contains::<ConfirmedNow>() {
         return Ok(Ok(()));
@@ -732,22 +745,9 @@ pub async fn change_password(
             return Err(back(&refused));
         }
     };
-    let confirmation = confirm_password(
-        state.store.as_ref(),
-        &state.hasher,
-        &Attempt::new(&user.id, client_ip(&req)).waited_on_by(requester(&req)),
-        Some(&user.password_hash),
-        &form.current_password,
-    )
-    .await?;
-    match confirmation {
-        Confirmation::Confirmed => {}
-        Confirmation::Wait(wait) => return Err(PageError::wait(wait)),
-        Confirmation::Busy => return Err(PageError::Busy),
-        Confirmation::Refused => {
-            refused.error("current_password", "That is not your current password.");
-            return Err(back(&refused));
-        }
+    if !is_own_password(&req, &state, &user, &form.current_password).await? {
+        refused.error("current_password", "That is not your current password.");
+        return Err(back(&refused));
     }
     let hash = state
         .hasher
