@@ -141,28 +141,22 @@ fn generate(alg: IdTokenAlg) -> Result<(Vec<u8>, Jwk), KeyError> {
     use rsa::pkcs1::EncodeRsaPrivateKey as _;
     let fail =
         |e: &dyn std::fmt::Display| KeyError::from(anyhow::anyhow!("cannot make a key: {e}"));
+    // The DER and the public parameters `jsonwebtoken` derives from it.
+    let with_public = |der: &[u8], encoding_key: fn(&[u8]) -> EncodingKey| {
+        let public = Jwk::from_encoding_key(&encoding_key(der), alg.jws()).map_err(|e| fail(&e))?;
+        Ok::<_, KeyError>((der.to_vec(), public.algorithm))
+    };
     let (der, algorithm) = match alg {
         IdTokenAlg::Rs256 => {
             let key =
                 rsa::RsaPrivateKey::new(&mut rsa::rand_core::OsRng, 2048).map_err(|e| fail(&e))?;
-            let der = key
-                .to_pkcs1_der()
-                .map_err(|e| fail(&e))?
-                .as_bytes()
-                .to_vec();
-            let public = Jwk::from_encoding_key(&EncodingKey::from_rsa_der(&der), alg.jws())
-                .map_err(|e| fail(&e))?;
-            (der, public.algorithm)
+            let der = key.to_pkcs1_der().map_err(|e| fail(&e))?;
+            with_public(der.as_bytes(), EncodingKey::from_rsa_der)?
         }
         IdTokenAlg::Es256 => {
             let key = p256::SecretKey::random(&mut rsa::rand_core::OsRng);
-            let der = p256::pkcs8::EncodePrivateKey::to_pkcs8_der(&key)
-                .map_err(|e| fail(&e))?
-                .as_bytes()
-                .to_vec();
-            let public = Jwk::from_encoding_key(&EncodingKey::from_ec_der(&der), alg.jws())
-                .map_err(|e| fail(&e))?;
-            (der, public.algorithm)
+            let der = p256::pkcs8::EncodePrivateKey::to_pkcs8_der(&key).map_err(|e| fail(&e))?;
+            with_public(der.as_bytes(), EncodingKey::from_ec_der)?
         }
         IdTokenAlg::EdDsa => {
             let key = ed25519_dalek::SigningKey::from_bytes(&rand::random::<[u8; 32]>());
