@@ -97,12 +97,8 @@ pub async fn enter(
     SignedIn(user): SignedIn,
     form: PageForm<CodeForm>,
 ) -> Result<HttpResponse, PageError> {
-    let form = match form.into_checked() {
-        Ok(form) => form,
-        Err(refused) => {
-            session::flash(&session, &refused.messages().join(" "));
-            return Ok(see_other("/device"));
-        }
+    let Ok(form) = form.or_flashed(&session) else {
+        return Ok(see_other("/device"));
     };
     let session_id = session::authentication(&session)
         .map(|signed_in| signed_in.session_id)

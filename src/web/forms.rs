@@ -250,6 +250,14 @@ impl<T> PageForm<T> {
         self.checked
     }
 
+    /// The form, or (refused) what was sent, its messages flashed in one line
+    /// for a page that shows no form errors.
+    pub fn or_flashed(self, session: &Session) -> Result<T, FormState> {
+        self.checked.inspect_err(|refused| {
+            super::session::flash(session, &refused.messages().join(" "));
+        })
+    }
+
     /// The form, or (refused) the way back to it at `location` (see [`refuse`]).
     pub fn or_back(self, session: &Session, form: &str, location: &str) -> Result<T, PageError> {
         self.checked

@@ -97,12 +97,9 @@ pub async fn submit(
     Page { state, session }: Page,
     form: PageForm<SignInForm>,
 ) -> Result<HttpResponse, PageError> {
-    let form = match form.into_checked() {
+    let form = match form.or_flashed(&session) {
         Ok(form) => form,
-        Err(refused) => {
-            session::flash(&session, &refused.messages().join(" "));
-            return Ok(back_to_sign_in(refused.value("return_to")));
-        }
+        Err(refused) => return Ok(back_to_sign_in(refused.value("return_to"))),
     };
     // Every attempt costs a password hash.
     limit_per_address(&req, &state)?;
