@@ -23,6 +23,17 @@ pub struct NewAccount {
     pub verified: bool,
 }
 
+/// The name a user is shown by, wherever one is shown (the API's
+/// `display_name`, the account page, a new passkey): the first and last
+/// names, or the username when both are empty.
+pub fn display_name(user: &User) -> String {
+    let full = format!("{} {}", user.first_name, user.last_name);
+    match full.trim() {
+        "" => user.username.clone(),
+        full => full.to_owned(),
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum ProfileError {
     #[error("{0} must be at most {1} characters long")]

@@ -52,18 +52,12 @@ pub fn present(text: &str) -> Option<String> {
 
 impl From<&User> for UserView {
     fn from(user: &User) -> Self {
-        let full = format!("{} {}", user.first_name, user.last_name);
-        let full = full.trim();
         Self {
             id: user.id.clone(),
             username: user.username.clone(),
             first_name: present(&user.first_name),
             last_name: present(&user.last_name),
-            display_name: if full.is_empty() {
-                user.username.clone()
-            } else {
-                full.to_owned()
-            },
+            display_name: crate::accounts::display_name(user),
             about: present(&user.about),
             profile_picture_url: user.profile_picture_url.as_deref().and_then(present),
             date_joined: format_datetime(user.date_joined),

@@ -129,9 +129,6 @@ pub async fn show(
             verified: user.phone_verified,
         });
     }
-    let display_name = format!("{} {}", user.first_name, user.last_name)
-        .trim()
-        .to_owned();
     let form = forms::take(&session, PROFILE_FORM).unwrap_or_else(|| {
         FormState::with_values(&[
             ("first_name", &user.first_name),
@@ -168,11 +165,7 @@ pub async fn show(
         recovery_left: factors.recovery_codes_left,
         password_form,
         csrf_token: session::csrf_token(&session)?,
-        display_name: if display_name.is_empty() {
-            user.username.clone()
-        } else {
-            display_name
-        },
+        display_name: accounts::display_name(&user),
         balance: Money::from_cents(user.balance_cents),
         verified: user.verified,
         notice: session::take_flash(&session),

@@ -212,14 +212,7 @@ async fn registration_options(
             "confirm with a second factor first (step-up)",
         ));
     }
-    let display = format!("{} {}", user.first_name, user.last_name)
-        .trim()
-        .to_owned();
-    let display = if display.is_empty() {
-        user.username.clone()
-    } else {
-        display
-    };
+    let display = crate::accounts::display_name(&user);
     answer(
         async {
             let (options, id) = passkeys
