@@ -4,6 +4,7 @@
 use super::credentials::{self, CredentialKind};
 use super::id_token::{session_sid, AMR_PASSWORD};
 use super::tokens::{self, CLIENT_SIDE_TTL};
+use super::{request_params, Field};
 use crate::domain::{
     has_forbidden_control, micros, new_id, now_micros, Lines, RedirectUrl, Scope, ScopeError,
     ScopeSet,
@@ -15,88 +16,41 @@ use url::Url;
 /// Authorization codes live 60 seconds.
 pub const CODE_TTL: Duration = Duration::from_secs(60);
 
-/// The parameters of an authorization request, as received.
-#[derive(Debug, Clone, Default)]
-pub struct AuthorizeParams {
-    pub client_id: Option<String>,
-    pub scope: Option<String>,
-    pub redirect_uri: Option<String>,
-    pub response_type: Option<String>,
-    pub state: Option<String>,
-    pub code_challenge: Option<String>,
-    pub code_challenge_method: Option<String>,
-    pub prompt: Option<String>,
-    pub nonce: Option<String>,
-    pub max_age: Option<String>,
-    pub login_hint: Option<String>,
-    pub acr_values: Option<String>,
-    /// Recognized parameters given more than once (SPEC §6), in order.
-    pub repeated: Vec<&'static str>,
-    /// Parameters, known or not, whose name or value holds a control
-    /// character (SPEC §2), in order.
-    pub with_controls: Vec<String>,
+request_params! {
+    /// The parameters of an authorization request, as received.
+    pub struct AuthorizeParams reads [
+        client_id, scope, redirect_uri, response_type, state,
+        code_challenge, code_challenge_method, prompt,
+        // OpenID Connect Core 1.0 §3.1.2.1 (ui_locales, claims_locales and
+        // display are accepted and ignored like any unknown parameter).
+        nonce, max_age, login_hint, acr_values,
+    ] {
+        /// Recognized parameters given more than once (SPEC §6), in order.
+        pub repeated: Vec<&'static str>,
+        /// Parameters, known or not, whose name or value holds a control
+        /// character (SPEC §2), in order.
+        pub with_controls: Vec<String>,
+    }
 }
 
-/// The parameters the authorization endpoint reads; any other is ignored.
-const RECOGNIZED: &[&str] = &[
-    "client_id",
-    "scope",
-    "redirect_uri",
-    "response_type",
-    "state",
-    "code_challenge",
-    "code_challenge_method",
-    "prompt",
-    // OpenID Connect Core 1.0 §3.1.2.1 (ui_locales, claims_locales and
-    // display are accepted and ignored like any unknown parameter).
-    "nonce",
-    "max_age",
-    "login_hint",
-    "acr_values",
-];
-
 impl AuthorizeParams {
-    /// Reads the parameters in the order sent, noting repeats and control
-    /// characters for `validate` to answer in the right place.
-    pub fn from_pairs<K, V>(pairs: impl IntoIterator<Item = (K, V)>) -> Self
-    where
-        K: AsRef<str>,
-        V: Into<String>,
-    {
-        let mut params = Self::default();
-        for (name, value) in pairs {
-            let (name, value) = (name.as_ref(), value.into());
-            if has_forbidden_control(name, Lines::Single)
-                || has_forbidden_control(&value, Lines::Single)
-            {
-                params.with_controls.push(name.to_owned());
-            }
-            let Some(known) = RECOGNIZED.iter().copied().find(|k| *k == name) else {
-                continue;
-            };
-            let slot = match known {
-                "client_id" => &mut params.client_id,
-                "scope" => &mut params.scope,
-                "redirect_uri" => &mut params.redirect_uri,
-                "response_type" => &mut params.response_type,
-                "state" => &mut params.state,
-                "code_challenge" => &mut params.code_challenge,
-                "code_challenge_method" => &mut params.code_challenge_method,
-                "nonce" => &mut params.nonce,
-                "max_age" => &mut params.max_age,
-                "login_hint" => &mut params.login_hint,
-                "acr_values" => &mut params.acr_values,
-                _ => &mut params.prompt,
-            };
-            if slot.is_some() {
-                if !params.repeated.contains(&known) {
-                    params.repeated.push(known);
-                }
-            } else {
-                *slot = Some(value);
-            }
+    /// Notes repeats and control characters (in any parameter) for
+    /// `validate` to answer in the right place.
+    fn take(&mut self, name: &str, value: String, field: Option<&Field<Self>>) {
+        if has_forbidden_control(name, Lines::Single)
+            || has_forbidden_control(&value, Lines::Single)
+        {
+            self.with_controls.push(name.to_owned());
         }
-        params
+        let Some(field) = field else {
+            return;
+        };
+        let slot = (field.slot)(self);
+        if slot.is_none() {
+            *slot = Some(value);
+        } else if !self.repeated.contains(&field.name) {
+            self.repeated.push(field.name);
+        }
     }
 
     /// Whether `name` cannot be read: given twice, or holding a control

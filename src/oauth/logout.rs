@@ -5,63 +5,45 @@
 use super::authorize::allowed_override;
 use super::id_token::{self, Hint};
 use super::keys::{KeyError, KeyRing};
+use super::{request_params, Field};
 use crate::domain::{has_forbidden_control, Lines, RedirectUrl};
 use crate::store::{App, Store};
 use url::Url;
 
-/// The parameters of a logout request (RP-Initiated Logout 1.0 §2), as
-/// received; any other (`logout_hint`, `ui_locales`) is ignored.
-#[derive(Debug, Clone, Default)]
-pub struct LogoutParams {
-    pub id_token_hint: Option<String>,
-    pub client_id: Option<String>,
-    pub post_logout_redirect_uri: Option<String>,
-    pub state: Option<String>,
-    /// A recognized parameter given more than once, or holding a control
-    /// character: the request cannot be read.
-    problem: Option<String>,
+request_params! {
+    /// The parameters of a logout request (RP-Initiated Logout 1.0 §2), as
+    /// received; any other (`logout_hint`, `ui_locales`) is ignored.
+    pub struct LogoutParams reads [
+        id_token_hint, client_id, post_logout_redirect_uri, state,
+    ] {
+        /// A recognized parameter given more than once, or holding a control
+        /// character: the request cannot be read.
+        problem: Option<String>,
+    }
 }
 
-const RECOGNIZED: &[&str] = &[
-    "id_token_hint",
-    "client_id",
-    "post_logout_redirect_uri",
-    "state",
-];
-
 impl LogoutParams {
-    /// Reads the parameters in the order sent (a query string or a form).
-    pub fn from_pairs<K, V>(pairs: impl IntoIterator<Item = (K, V)>) -> Self
-    where
-        K: AsRef<str>,
-        V: Into<String>,
-    {
-        let mut params = Self::default();
-        for (name, value) in pairs {
-            let (name, value) = (name.as_ref(), value.into());
-            let Some(known) = RECOGNIZED.iter().copied().find(|k| *k == name) else {
-                continue;
-            };
-            if has_forbidden_control(&value, Lines::Single) {
-                params.problem.get_or_insert_with(|| {
-                    format!("The request's {known} holds a control character.")
-                });
-            }
-            let slot = match known {
-                "id_token_hint" => &mut params.id_token_hint,
-                "client_id" => &mut params.client_id,
-                "post_logout_redirect_uri" => &mut params.post_logout_redirect_uri,
-                _ => &mut params.state,
-            };
-            if slot.is_some() {
-                params.problem.get_or_insert_with(|| {
-                    format!("The request's {known} is given more than once.")
-                });
-            } else if !value.is_empty() {
+    /// Notes the first problem: a control character in a value read, or a
+    /// parameter read given more than once. An empty value counts as not
+    /// given.
+    fn take(&mut self, _name: &str, value: String, field: Option<&Field<Self>>) {
+        let Some(field) = field else {
+            return;
+        };
+        let known = field.name;
+        if has_forbidden_control(&value, Lines::Single) {
+            self.problem
+                .get_or_insert_with(|| format!("The request's {known} holds a control character."));
+        }
+        let slot = (field.slot)(self);
+        if slot.is_none() {
+            if !value.is_empty() {
                 *slot = Some(value);
             }
+        } else {
+            self.problem
+                .get_or_insert_with(|| format!("The request's {known} is given more than once."));
         }
-        params
     }
 }
 
