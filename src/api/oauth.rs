@@ -36,14 +36,19 @@ pub struct OAuthError {
 }
 
 impl OAuthError {
-    fn invalid_request(description: impl Into<String>) -> Self {
+    /// An error for a client that did not use HTTP Basic, with no `Retry-After`.
+    fn new(error: &'static str, description: impl Into<String>, status: StatusCode) -> Self {
         Self {
-            error: "invalid_request",
+            error,
             description: description.into(),
-            status: StatusCode::BAD_REQUEST,
+            status,
             basic: false,
             retry_after_secs: None,
         }
+    }
+
+    fn invalid_request(description: impl Into<String>) -> Self {
+        Self::new("invalid_request", description, StatusCode::BAD_REQUEST)
     }
 
     /// A request refused before its parameters are read (its body too large,
@@ -67,11 +72,12 @@ impl OAuthError {
     /// it, so the error names it as the REST API does.
     pub fn rate_limited(retry_after_secs: u64) -> Self {
         Self {
-            error: "rate_limited",
-            description: format!("too many requests; retry in {retry_after_secs} seconds"),
-            status: StatusCode::TOO_MANY_REQUESTS,
-            basic: false,
             retry_after_secs: Some(retry_after_secs),
+            ..Self::new(
+                "rate_limited",
+                format!("too many requests; retry in {retry_after_secs} seconds"),
+                StatusCode::TOO_MANY_REQUESTS,
+            )
         }
     }
 }
@@ -96,24 +102,19 @@ impl From<GrantError> for OAuthError {
             // RFC 6749 names this condition only for the authorization
             // endpoint; the JSON endpoints use the same code.
             return Self {
-                error: "temporarily_unavailable",
-                description: "the database cannot be reached; retry later".to_owned(),
-                status,
-                basic: false,
                 retry_after_secs: Some(super::UNAVAILABLE_RETRY_AFTER_SECS),
+                ..Self::new(
+                    "temporarily_unavailable",
+                    "the database cannot be reached; retry later",
+                    status,
+                )
             };
         }
         let description = match &error {
             GrantError::Store(_) => "the server could not complete the request".to_owned(),
             other => other.to_string(),
         };
-        Self {
-            error: error.code(),
-            description,
-            status,
-            basic: false,
-            retry_after_secs: None,
-        }
+        Self::new(error.code(), description, status)
     }
 }
 
