@@ -146,15 +146,6 @@ impl ThisStore {
         Ok(changed)
     }
 
-    /// Runs one statement in a write transaction of its own; whether it
-    /// changed a row.
-    async fn changes_a_row<'q>(
-        &self,
-        statement: sqlx::query::Query<'q, Db, Args<'q>>,
-    ) -> Result<bool, StoreError> {
-        Ok(self.write_one(statement).await? > 0)
-    }
-
     /// Runs one statement that returns at most one row (`RETURNING`) in a
     /// write transaction of its own.
     async fn write_returning<'q, T: Row>(
@@ -362,13 +353,7 @@ impl Store for ThisStore {
         let mut deleted = 0;
         // One short transaction per statement, so no lock is held long.
         for (sql, before) in statements {
-            let mut tx = self.write().await?;
-            deleted += sqlx::query(sql)
-                .bind(before)
-                .execute(&mut *tx)
-                .await?
-                .rows_affected();
-            tx.commit().await?;
+            deleted += self.write_one(sqlx::query(sql).bind(before)).await?;
         }
         Ok(deleted)
     }
