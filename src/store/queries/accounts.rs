@@ -200,15 +200,17 @@ impl AccountStore for ThisStore {
         user_id: &str,
         since: i64,
     ) -> Result<bool, StoreError> {
-        let found: Option<String> = sqlx::query_scalar(
-            "SELECT session_id FROM ended_sessions WHERE session_id = $1 \
-             UNION ALL SELECT user_id FROM session_cuts WHERE user_id = $2 AND cut_at > $3",
-        )
-        .bind(session_id)
-        .bind(user_id)
-        .bind(since)
-        .fetch_optional(&mut *self.lease().await?)
-        .await?;
+        let found: Option<String> = self
+            .read_value(
+                sqlx::query_scalar(
+                    "SELECT session_id FROM ended_sessions WHERE session_id = $1 \
+                     UNION ALL SELECT user_id FROM session_cuts WHERE user_id = $2 AND cut_at > $3",
+                )
+                .bind(session_id)
+                .bind(user_id)
+                .bind(since),
+            )
+            .await?;
         Ok(found.is_some())
     }
 }

@@ -214,12 +214,13 @@ impl FactorStore for ThisStore {
 
     #[tracing::instrument(skip_all)]
     async fn find_passkey(&self, credential_id: &str) -> Result<Option<PasskeyRow>, StoreError> {
-        Ok(sqlx::query_as::<_, PasskeyRow>(&format!(
-            "SELECT {PASSKEY_COLUMNS} FROM passkeys WHERE credential_id = $1"
-        ))
-        .bind(credential_id)
-        .fetch_optional(&mut *self.lease().await?)
-        .await?)
+        self.read_optional(
+            sqlx::query_as::<_, PasskeyRow>(&format!(
+                "SELECT {PASSKEY_COLUMNS} FROM passkeys WHERE credential_id = $1"
+            ))
+            .bind(credential_id),
+        )
+        .await
     }
 
     #[tracing::instrument(skip_all)]

@@ -198,6 +198,19 @@ impl ThisStore {
         Ok(statement.fetch_optional(&mut *self.lease().await?).await?)
     }
 
+    /// The value (one column) of `statement`'s row, if any, read on a lent
+    /// connection.
+    async fn read_value<'q, T>(
+        &self,
+        statement: sqlx::query::QueryScalar<'q, Db, T, Args<'q>>,
+    ) -> Result<Option<T>, StoreError>
+    where
+        (T,): Row,
+        T: Send + Unpin,
+    {
+        Ok(statement.fetch_optional(&mut *self.lease().await?).await?)
+    }
+
     /// The rows of `statement`, read on a lent connection.
     async fn read_all<'q, T: Row>(
         &self,
@@ -274,12 +287,10 @@ impl Store for ThisStore {
     }
 
     async fn server_setting(&self, key: &str) -> Result<Option<String>, StoreError> {
-        Ok(
-            sqlx::query_scalar("SELECT value FROM server_settings WHERE key = $1")
-                .bind(key)
-                .fetch_optional(&mut *self.lease().await?)
-                .await?,
+        self.read_value(
+            sqlx::query_scalar("SELECT value FROM server_settings WHERE key = $1").bind(key),
         )
+        .await
     }
 
     #[tracing::instrument(skip_all, fields(key))]

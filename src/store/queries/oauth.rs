@@ -402,18 +402,19 @@ impl OAuthStore for ThisStore {
         token: Presented<'_>,
     ) -> Result<Option<String>, StoreError> {
         // The conditions of the spend in rotate_refresh_token.
-        Ok(sqlx::query_scalar(
-            "SELECT g.scopes FROM oauth_tokens t \
-             JOIN oauth_grants g ON g.id = t.grant_id \
-             WHERE t.digest = $1 AND t.kind = 'refresh' AND t.used_at IS NULL \
-             AND t.revoked_at IS NULL AND t.expires_at > $3 \
-             AND g.client_id = $2 AND g.revoked_at IS NULL",
+        self.read_value(
+            sqlx::query_scalar(
+                "SELECT g.scopes FROM oauth_tokens t \
+                 JOIN oauth_grants g ON g.id = t.grant_id \
+                 WHERE t.digest = $1 AND t.kind = 'refresh' AND t.used_at IS NULL \
+                 AND t.revoked_at IS NULL AND t.expires_at > $3 \
+                 AND g.client_id = $2 AND g.revoked_at IS NULL",
+            )
+            .bind(token.digest)
+            .bind(token.client_id)
+            .bind(token.now),
         )
-        .bind(token.digest)
-        .bind(token.client_id)
-        .bind(token.now)
-        .fetch_optional(&mut *self.lease().await?)
-        .await?)
+        .await
     }
 
     #[tracing::instrument(skip_all)]
