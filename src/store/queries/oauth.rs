@@ -265,9 +265,7 @@ impl OAuthStore for ThisStore {
     ) -> Result<(), StoreError> {
         let mut tx = self.write().await?;
         insert_grant(&mut tx, grant).await?;
-        for token in tokens {
-            insert_token(&mut tx, &grant.id, token).await?;
-        }
+        insert_tokens(&mut tx, &grant.id, tokens).await?;
         tx.commit().await?;
         Ok(())
     }
@@ -332,9 +330,7 @@ impl OAuthStore for ThisStore {
                 } else if let Err(reason) = check(&record) {
                     CodeUse::Refused(reason)
                 } else {
-                    for token in tokens {
-                        insert_token(&mut tx, &grant_id, token).await?;
-                    }
+                    insert_tokens(&mut tx, &grant_id, tokens).await?;
                     CodeUse::Issued(record)
                 }
             }
@@ -643,23 +639,26 @@ pub(super) async fn insert_grant(tx: &mut Tx, grant: &NewGrant) -> Result<(), St
     Ok(())
 }
 
-pub(super) async fn insert_token(
+/// Issues `tokens` under a grant, one statement each.
+pub(super) async fn insert_tokens(
     tx: &mut Tx,
     grant_id: &str,
-    token: &NewToken,
+    tokens: &[NewToken],
 ) -> Result<(), StoreError> {
-    sqlx::query(
-        "INSERT INTO oauth_tokens (digest, grant_id, kind, created_at, expires_at, scopes) \
-         VALUES ($1, $2, $3, $4, $5, $6)",
-    )
-    .bind(&token.digest)
-    .bind(grant_id)
-    .bind(token.kind.as_str())
-    .bind(token.created_at)
-    .bind(token.expires_at)
-    .bind(&token.scopes)
-    .execute(&mut **tx)
-    .await?;
+    for token in tokens {
+        sqlx::query(
+            "INSERT INTO oauth_tokens (digest, grant_id, kind, created_at, expires_at, scopes) \
+             VALUES ($1, $2, $3, $4, $5, $6)",
+        )
+        .bind(&token.digest)
+        .bind(grant_id)
+        .bind(token.kind.as_str())
+        .bind(token.created_at)
+        .bind(token.expires_at)
+        .bind(&token.scopes)
+        .execute(&mut **tx)
+        .await?;
+    }
     Ok(())
 }
 
