@@ -31,9 +31,9 @@ pub use models::{
     NewUser, PaymentEntrySum, ProfileUpdate, Retention, User, UserFlags,
 };
 pub use oauth::{
-    CodeCheck, CodeRecord, CodeUse, Consent, ConsentRow, Grant, IntrospectingClient, NewCode,
-    NewGrant, NewReveal, NewToken, PersonalToken, Presented, RefreshUse, RotatedGrant,
-    SigninDecision, TokenKind, TokenRecord,
+    CodeCheck, CodeRecord, CodeUse, Consent, ConsentRow, IntrospectingClient, NewCode, NewGrant,
+    NewReveal, NewToken, PersonalToken, Presented, RefreshUse, RotatedGrant, SigninDecision,
+    TokenKind, TokenRecord,
 };
 pub use oidc::{NewOidcGrant, OidcGrant, OidcStore, SigningKeyRow};
 pub use payments::{

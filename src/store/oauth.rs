@@ -81,19 +81,6 @@ pub struct NewCode {
     pub expires_at: i64,
 }
 
-/// A grant as stored.
-#[derive(Debug, Clone, sqlx::FromRow)]
-pub struct Grant {
-    pub id: String,
-    pub user_id: String,
-    pub client_id: Option<String>,
-    pub scopes: String,
-    pub flow: String,
-    pub created_at: i64,
-    pub last_used_at: Option<i64>,
-    pub revoked_at: Option<i64>,
-}
-
 /// What a refresh token's rotation returns: its grant and the grant's user,
 /// read by the rotating statement itself.
 #[derive(Debug, Clone, sqlx::FromRow)]

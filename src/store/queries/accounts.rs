@@ -101,19 +101,15 @@ impl AccountStore for ThisStore {
             };
             refused = refused.max(moment);
         }
-        if let Some(moment) = refused {
-            tx.commit().await?;
-            return Ok(Err(moment));
-        }
-        for count in counts {
-            sqlx::query("INSERT INTO verification_sends (address, sent_at) VALUES ($1, $2)")
-                .bind(count.key)
-                .bind(now)
-                .execute(&mut *tx)
-                .await?;
-        }
-        tx.commit().await?;
-        Ok(Ok(()))
+        let addresses: Vec<&str> = counts.iter().map(|count| count.key).collect();
+        record_unless_refused(
+            tx,
+            refused.map_or(Ok(()), Err),
+            "INSERT INTO verification_sends (address, sent_at) VALUES ($1, $2)",
+            addresses,
+            now,
+        )
+        .await
     }
 
     #[tracing::instrument(skip_all)]
@@ -140,19 +136,14 @@ impl AccountStore for ThisStore {
                     .await?;
             seen.push(row);
         }
-        if let Err(wait) = decide(&seen) {
-            tx.commit().await?;
-            return Ok(Err(wait));
-        }
-        for_each_key(
-            &mut tx,
+        record_unless_refused(
+            tx,
+            decide(&seen),
             "INSERT INTO signin_failures (key, at) VALUES ($1, $2)",
-            keys,
+            keys.iter().map(String::as_str),
             now,
         )
-        .await?;
-        tx.commit().await?;
-        Ok(Ok(()))
+        .await
     }
 
     #[tracing::instrument(skip_all)]
@@ -170,7 +161,7 @@ impl AccountStore for ThisStore {
         for_each_key(
             &mut tx,
             "DELETE FROM signin_failures WHERE key = $1 AND at = $2",
-            attempt_keys,
+            attempt_keys.iter().map(String::as_str),
             at,
         )
         .await?;
@@ -209,15 +200,17 @@ impl AccountStore for ThisStore {
         user_id: &str,
         since: i64,
     ) -> Result<bool, StoreError> {
-        let found: Option<String> = sqlx::query_scalar(
-            "SELECT session_id FROM ended_sessions WHERE session_id = $1 \
-             UNION ALL SELECT user_id FROM session_cuts WHERE user_id = $2 AND cut_at > $3",
-        )
-        .bind(session_id)
-        .bind(user_id)
-        .bind(since)
-        .fetch_optional(&mut *self.lease().await?)
-        .await?;
+        let found: Option<String> = self
+            .read_value(
+                sqlx::query_scalar(
+                    "SELECT session_id FROM ended_sessions WHERE session_id = $1 \
+                     UNION ALL SELECT user_id FROM session_cuts WHERE user_id = $2 AND cut_at > $3",
+                )
+                .bind(session_id)
+                .bind(user_id)
+                .bind(since),
+            )
+            .await?;
         Ok(found.is_some())
     }
 }
@@ -234,9 +227,31 @@ async fn lock_keys(tx: &mut Tx, keys: impl Iterator<Item = String>) -> Result<()
     Ok(())
 }
 
-/// Runs `sql` once for each of the sign-in throttle's keys, bound as `$1`,
-/// with `at` bound as `$2`.
-async fn for_each_key(tx: &mut Tx, sql: &str, keys: &[String], at: i64) -> Result<(), StoreError> {
+/// Ends a throttle's check in `tx` (its keys locked): unless `decided` is a
+/// refusal, records the attempt with `record` (see [`for_each_key`]); then
+/// commits. Answers `decided`.
+async fn record_unless_refused<E: Send>(
+    mut tx: Tx,
+    decided: Result<(), E>,
+    record: &str,
+    keys: impl IntoIterator<Item = &str>,
+    now: i64,
+) -> Result<Result<(), E>, StoreError> {
+    if decided.is_ok() {
+        for_each_key(&mut tx, record, keys, now).await?;
+    }
+    tx.commit().await?;
+    Ok(decided)
+}
+
+/// Runs `sql` once for each of a throttle's keys, bound as `$1`, with `at`
+/// bound as `$2`.
+async fn for_each_key(
+    tx: &mut Tx,
+    sql: &str,
+    keys: impl IntoIterator<Item = &str>,
+    at: i64,
+) -> Result<(), StoreError> {
     for key in keys {
         sqlx::query(sql)
             .bind(key)

@@ -149,9 +149,7 @@ impl DeviceStore for ThisStore {
                     .await?;
                 match super::oauth::lock_live_grant(&mut tx, &grant_id).await? {
                     Some(user_id) => {
-                        for token in tokens {
-                            super::oauth::insert_token(&mut tx, &grant_id, token).await?;
-                        }
+                        super::oauth::insert_tokens(&mut tx, &grant_id, tokens).await?;
                         DevicePoll::Issued { row, user_id }
                     }
                     None => DevicePoll::GrantRevoked,

@@ -29,6 +29,27 @@ async fn insert_recovery_codes(
     Ok(())
 }
 
+/// Ends the transaction that set up a second factor (`stored`: whether it
+/// did): if it did, stores `recovery_digests` (when given) as the user's
+/// recovery codes and commits; if not, rolls back. Answers `stored`.
+async fn finish_factor(
+    mut tx: Tx,
+    stored: bool,
+    user_id: &str,
+    recovery_digests: Option<&[String]>,
+    now: i64,
+) -> Result<bool, StoreError> {
+    if !stored {
+        tx.rollback().await?;
+        return Ok(false);
+    }
+    if let Some(digests) = recovery_digests {
+        insert_recovery_codes(&mut tx, user_id, digests, now).await?;
+    }
+    tx.commit().await?;
+    Ok(true)
+}
+
 #[async_trait::async_trait]
 impl FactorStore for ThisStore {
     #[tracing::instrument(skip_all)]
@@ -105,20 +126,12 @@ impl FactorStore for ThisStore {
         .execute(&mut *tx)
         .await?
         .rows_affected();
-        if confirmed == 0 {
-            tx.rollback().await?;
-            return Ok(false);
-        }
-        if let Some(digests) = recovery_digests {
-            insert_recovery_codes(&mut tx, user_id, digests, now).await?;
-        }
-        tx.commit().await?;
-        Ok(true)
+        finish_factor(tx, confirmed > 0, user_id, recovery_digests, now).await
     }
 
     #[tracing::instrument(skip_all)]
     async fn use_totp_step(&self, user_id: &str, step: i64) -> Result<bool, StoreError> {
-        self.changes_a_row(
+        self.write_changed(
             sqlx::query(
                 "UPDATE totp_factors SET last_step = $2 \
                      WHERE user_id = $1 AND confirmed_at IS NOT NULL AND last_step < $2",
@@ -131,7 +144,7 @@ impl FactorStore for ThisStore {
 
     #[tracing::instrument(skip_all)]
     async fn remove_totp(&self, user_id: &str) -> Result<bool, StoreError> {
-        self.changes_a_row(sqlx::query("DELETE FROM totp_factors WHERE user_id = $1").bind(user_id))
+        self.write_changed(sqlx::query("DELETE FROM totp_factors WHERE user_id = $1").bind(user_id))
             .await
     }
 
@@ -142,7 +155,7 @@ impl FactorStore for ThisStore {
         digest: &str,
         now: i64,
     ) -> Result<bool, StoreError> {
-        self.changes_a_row(
+        self.write_changed(
             sqlx::query(
                 "UPDATE recovery_codes SET used_at = $3 \
                      WHERE digest = $1 AND user_id = $2 AND used_at IS NULL",
@@ -189,25 +202,25 @@ impl FactorStore for ThisStore {
         .execute(&mut *tx)
         .await?
         .rows_affected();
-        if stored == 0 {
-            tx.rollback().await?;
-            return Ok(false);
-        }
-        if let Some(digests) = recovery_digests {
-            insert_recovery_codes(&mut tx, &passkey.user_id, digests, passkey.created_at).await?;
-        }
-        tx.commit().await?;
-        Ok(true)
+        finish_factor(
+            tx,
+            stored > 0,
+            &passkey.user_id,
+            recovery_digests,
+            passkey.created_at,
+        )
+        .await
     }
 
     #[tracing::instrument(skip_all)]
     async fn find_passkey(&self, credential_id: &str) -> Result<Option<PasskeyRow>, StoreError> {
-        Ok(sqlx::query_as::<_, PasskeyRow>(&format!(
-            "SELECT {PASSKEY_COLUMNS} FROM passkeys WHERE credential_id = $1"
-        ))
-        .bind(credential_id)
-        .fetch_optional(&mut *self.lease().await?)
-        .await?)
+        self.read_optional(
+            sqlx::query_as::<_, PasskeyRow>(&format!(
+                "SELECT {PASSKEY_COLUMNS} FROM passkeys WHERE credential_id = $1"
+            ))
+            .bind(credential_id),
+        )
+        .await
     }
 
     #[tracing::instrument(skip_all)]
@@ -218,7 +231,7 @@ impl FactorStore for ThisStore {
         sign_count: i64,
         now: i64,
     ) -> Result<bool, StoreError> {
-        self.changes_a_row(
+        self.write_changed(
             sqlx::query(
                 "UPDATE passkeys SET credential = $2, sign_count = $3, last_used_at = $4 \
                      WHERE credential_id = $1 AND (sign_count < $3 OR (sign_count = 0 AND $3 = 0))",
@@ -233,7 +246,7 @@ impl FactorStore for ThisStore {
 
     #[tracing::instrument(skip_all)]
     async fn remove_passkey(&self, user_id: &str, credential_id: &str) -> Result<bool, StoreError> {
-        self.changes_a_row(
+        self.write_changed(
             sqlx::query("DELETE FROM passkeys WHERE user_id = $1 AND credential_id = $2")
                 .bind(user_id)
                 .bind(credential_id),

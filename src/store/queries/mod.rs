@@ -146,15 +146,6 @@ impl ThisStore {
         Ok(changed)
     }
 
-    /// Runs one statement in a write transaction of its own; whether it
-    /// changed a row.
-    async fn changes_a_row<'q>(
-        &self,
-        statement: sqlx::query::Query<'q, Db, Args<'q>>,
-    ) -> Result<bool, StoreError> {
-        Ok(self.write_one(statement).await? > 0)
-    }
-
     /// Runs one statement that returns at most one row (`RETURNING`) in a
     /// write transaction of its own.
     async fn write_returning<'q, T: Row>(
@@ -204,6 +195,19 @@ impl ThisStore {
         &self,
         statement: sqlx::query::QueryAs<'q, Db, T, Args<'q>>,
     ) -> Result<Option<T>, StoreError> {
+        Ok(statement.fetch_optional(&mut *self.lease().await?).await?)
+    }
+
+    /// The value (one column) of `statement`'s row, if any, read on a lent
+    /// connection.
+    async fn read_value<'q, T>(
+        &self,
+        statement: sqlx::query::QueryScalar<'q, Db, T, Args<'q>>,
+    ) -> Result<Option<T>, StoreError>
+    where
+        (T,): Row,
+        T: Send + Unpin,
+    {
         Ok(statement.fetch_optional(&mut *self.lease().await?).await?)
     }
 
@@ -283,12 +287,10 @@ impl Store for ThisStore {
     }
 
     async fn server_setting(&self, key: &str) -> Result<Option<String>, StoreError> {
-        Ok(
-            sqlx::query_scalar("SELECT value FROM server_settings WHERE key = $1")
-                .bind(key)
-                .fetch_optional(&mut *self.lease().await?)
-                .await?,
+        self.read_value(
+            sqlx::query_scalar("SELECT value FROM server_settings WHERE key = $1").bind(key),
         )
+        .await
     }
 
     #[tracing::instrument(skip_all, fields(key))]
@@ -362,13 +364,7 @@ impl Store for ThisStore {
         let mut deleted = 0;
         // One short transaction per statement, so no lock is held long.
         for (sql, before) in statements {
-            let mut tx = self.write().await?;
-            deleted += sqlx::query(sql)
-                .bind(before)
-                .execute(&mut *tx)
-                .await?
-                .rows_affected();
-            tx.commit().await?;
+            deleted += self.write_one(sqlx::query(sql).bind(before)).await?;
         }
         Ok(deleted)
     }

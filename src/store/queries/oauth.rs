@@ -265,9 +265,7 @@ impl OAuthStore for ThisStore {
     ) -> Result<(), StoreError> {
         let mut tx = self.write().await?;
         insert_grant(&mut tx, grant).await?;
-        for token in tokens {
-            insert_token(&mut tx, &grant.id, token).await?;
-        }
+        insert_tokens(&mut tx, &grant.id, tokens).await?;
         tx.commit().await?;
         Ok(())
     }
@@ -332,9 +330,7 @@ impl OAuthStore for ThisStore {
                 } else if let Err(reason) = check(&record) {
                     CodeUse::Refused(reason)
                 } else {
-                    for token in tokens {
-                        insert_token(&mut tx, &grant_id, token).await?;
-                    }
+                    insert_tokens(&mut tx, &grant_id, tokens).await?;
                     CodeUse::Issued(record)
                 }
             }
@@ -402,18 +398,19 @@ impl OAuthStore for ThisStore {
         token: Presented<'_>,
     ) -> Result<Option<String>, StoreError> {
         // The conditions of the spend in rotate_refresh_token.
-        Ok(sqlx::query_scalar(
-            "SELECT g.scopes FROM oauth_tokens t \
-             JOIN oauth_grants g ON g.id = t.grant_id \
-             WHERE t.digest = $1 AND t.kind = 'refresh' AND t.used_at IS NULL \
-             AND t.revoked_at IS NULL AND t.expires_at > $3 \
-             AND g.client_id = $2 AND g.revoked_at IS NULL",
+        self.read_value(
+            sqlx::query_scalar(
+                "SELECT g.scopes FROM oauth_tokens t \
+                 JOIN oauth_grants g ON g.id = t.grant_id \
+                 WHERE t.digest = $1 AND t.kind = 'refresh' AND t.used_at IS NULL \
+                 AND t.revoked_at IS NULL AND t.expires_at > $3 \
+                 AND g.client_id = $2 AND g.revoked_at IS NULL",
+            )
+            .bind(token.digest)
+            .bind(token.client_id)
+            .bind(token.now),
         )
-        .bind(token.digest)
-        .bind(token.client_id)
-        .bind(token.now)
-        .fetch_optional(&mut *self.lease().await?)
-        .await?)
+        .await
     }
 
     #[tracing::instrument(skip_all)]
@@ -642,23 +639,26 @@ pub(super) async fn insert_grant(tx: &mut Tx, grant: &NewGrant) -> Result<(), St
     Ok(())
 }
 
-pub(super) async fn insert_token(
+/// Issues `tokens` under a grant, one statement each.
+pub(super) async fn insert_tokens(
     tx: &mut Tx,
     grant_id: &str,
-    token: &NewToken,
+    tokens: &[NewToken],
 ) -> Result<(), StoreError> {
-    sqlx::query(
-        "INSERT INTO oauth_tokens (digest, grant_id, kind, created_at, expires_at, scopes) \
-         VALUES ($1, $2, $3, $4, $5, $6)",
-    )
-    .bind(&token.digest)
-    .bind(grant_id)
-    .bind(token.kind.as_str())
-    .bind(token.created_at)
-    .bind(token.expires_at)
-    .bind(&token.scopes)
-    .execute(&mut **tx)
-    .await?;
+    for token in tokens {
+        sqlx::query(
+            "INSERT INTO oauth_tokens (digest, grant_id, kind, created_at, expires_at, scopes) \
+             VALUES ($1, $2, $3, $4, $5, $6)",
+        )
+        .bind(&token.digest)
+        .bind(grant_id)
+        .bind(token.kind.as_str())
+        .bind(token.created_at)
+        .bind(token.expires_at)
+        .bind(&token.scopes)
+        .execute(&mut **tx)
+        .await?;
+    }
     Ok(())
 }
 

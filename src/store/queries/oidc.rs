@@ -56,12 +56,11 @@ impl OidcStore for ThisStore {
 
     #[tracing::instrument(skip_all)]
     async fn id_token_alg(&self, client_id: &str) -> Result<Option<String>, StoreError> {
-        Ok(
+        self.read_value(
             sqlx::query_scalar("SELECT id_token_alg FROM oidc_clients WHERE client_id = $1")
-                .bind(client_id)
-                .fetch_optional(&mut *self.lease().await?)
-                .await?,
+                .bind(client_id),
         )
+        .await
     }
 
     #[tracing::instrument(skip_all)]

@@ -24,6 +24,28 @@ use rusqlite::{Connection, OpenFlags, OptionalExtension, Row};
 use std::collections::HashMap;
 use std::path::Path;
 
+/// A row's columns read, in order, into the fields named of `$row_type`.
+macro_rules! from_columns {
+    ($row_type:ident { $($field:ident),+ $(,)? }) => {
+        |row: &Row<'_>| {
+            let mut column = 0..;
+            Ok($row_type {
+                $($field: row.get(column.next().unwrap_or_default())?,)+
+            })
+        }
+    };
+}
+
+/// The rows of `sql` with `params`, each read by `read`.
+fn rows<T>(
+    conn: &Connection,
+    sql: &str,
+    params: impl rusqlite::Params,
+    read: impl FnMut(&Row<'_>) -> rusqlite::Result<T>,
+) -> rusqlite::Result<Vec<T>> {
+    conn.prepare(sql)?.query_map(params, read)?.collect()
+}
+
 /// The snapshot (see `Store::audit_snapshot`): the suspects are handed to
 /// `each`, `chunk` payments at a time in id order, with their entries.
 pub(super) fn snapshot(
@@ -39,23 +61,26 @@ pub(super) fn snapshot(
     // A deferred BEGIN: the snapshot is taken by the first read and every
     // read below sees it.
     conn.execute_batch("BEGIN")?;
-    let balances = conn
-        .prepare("SELECT id, username, balance_cents FROM users ORDER BY id")?
-        .query_map([], |row| {
-            Ok(AccountBalance {
-                user_id: row.get(0)?,
-                username: row.get(1)?,
-                balance_cents: row.get(2)?,
-            })
-        })?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
-    let unbalanced_movements = conn
-        .prepare(
-            "SELECT movement_id, SUM(amount_cents) FROM ledger_entries \
-             GROUP BY movement_id HAVING SUM(amount_cents) <> 0",
-        )?
-        .query_map([], ledger_sum)?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
+    let balances = rows(
+        &conn,
+        "SELECT id, username, balance_cents FROM users ORDER BY id",
+        [],
+        from_columns!(AccountBalance {
+            user_id,
+            username,
+            balance_cents
+        }),
+    )?;
+    let unbalanced_movements = rows(
+        &conn,
+        "SELECT movement_id, SUM(amount_cents) FROM ledger_entries \
+         GROUP BY movement_id HAVING SUM(amount_cents) <> 0",
+        [],
+        from_columns!(LedgerSum {
+            account,
+            total_cents
+        }),
+    )?;
     let pending_pay_cents: i64 = conn.query_row(
         "SELECT COALESCE(SUM(amount_cents), 0) FROM payments \
          WHERE kind = 'payment' AND action = 'pay' AND status = 'pending'",
@@ -92,13 +117,6 @@ pub(super) fn snapshot(
         unbalanced_movements,
         pending_pay_cents,
         entries_without_payment: walk.entries_without_payment,
-    })
-}
-
-fn ledger_sum(row: &Row<'_>) -> rusqlite::Result<LedgerSum> {
-    Ok(LedgerSum {
-        account: row.get(0)?,
-        total_cents: row.get(1)?,
     })
 }
 
@@ -307,14 +325,16 @@ impl Nets {
 /// The suspects `ids` with their refunds and entries, for the audit to word.
 fn read_suspects(conn: &Connection, ids: &[String]) -> rusqlite::Result<AuditChunk> {
     let list = vec!["?"; ids.len()].join(", ");
-    let mut payments = conn
-        .prepare(&format!(
+    let mut payments = rows(
+        conn,
+        &format!(
             "SELECT p.id, p.action, p.status, p.actor_id, p.target_user_id, p.amount_cents, \
              r.amount_cents, r.target_user_id \
              FROM payments p LEFT JOIN payments r ON r.id = p.refund_payment_id \
              WHERE p.kind = 'payment' AND p.id IN ({list})"
-        ))?
-        .query_map(rusqlite::params_from_iter(ids), |row| {
+        ),
+        rusqlite::params_from_iter(ids),
+        |row| {
             Ok(AuditPayment {
                 id: row.get(0)?,
                 action: parsed(row, 1, PaymentAction::parse)?,
@@ -325,22 +345,22 @@ fn read_suspects(conn: &Connection, ids: &[String]) -> rusqlite::Result<AuditChu
                 refund_amount_cents: row.get(6)?,
                 refund_target_id: row.get(7)?,
             })
-        })?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
+        },
+    )?;
     payments.sort_by(|a, b| a.id.cmp(&b.id));
-    let payment_entries = conn
-        .prepare(&format!(
+    let payment_entries = rows(
+        conn,
+        &format!(
             "SELECT payment_id, account, amount_cents FROM ledger_entries \
              WHERE payment_id IN ({list})"
-        ))?
-        .query_map(rusqlite::params_from_iter(ids), |row| {
-            Ok(PaymentEntrySum {
-                payment_id: row.get(0)?,
-                account: row.get(1)?,
-                total_cents: row.get(2)?,
-            })
-        })?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
+        ),
+        rusqlite::params_from_iter(ids),
+        from_columns!(PaymentEntrySum {
+            payment_id,
+            account,
+            total_cents
+        }),
+    )?;
     Ok(AuditChunk {
         payments,
         payment_entries,
