@@ -129,7 +129,12 @@ impl Application {
         let secure_cookies = public_origin.starts_with("https://");
         let signing_keys = crate::oauth::keys::KeyRing::new(&secret_key)?;
         let passkeys = crate::auth::passkeys::Passkeys::new(&public_origin)?;
-        let workers = workers::spawn(store.clone(), (&settings).into());
+        let deliverer = crate::webhooks::delivery::Deliverer::new(
+            store.clone(),
+            secret_key.clone(),
+            settings.webhook_allow_private,
+        )?;
+        let workers = workers::spawn(store.clone(), (&settings).into(), deliverer);
         let mailer = Mailer::from_settings(&settings)?;
         let hasher = {
             let threads = PasswordHasher::threads_for_this_machine();

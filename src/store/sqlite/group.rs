@@ -406,6 +406,17 @@ fn begin(
 /// Rolls a group write back to its savepoint, and closes it.
 const ROLL_BACK_WRITE: &str = "ROLLBACK TO write; RELEASE write";
 
+/// Runs statements separated by `;` as [`run_statements`] does outside a
+/// write's own savepoint (its `SAVEPOINT write` and `RELEASE write` left out),
+/// for a write in Rust that runs them among others.
+pub(super) fn run_in_write(
+    conn: &rusqlite::Connection,
+    sql: &str,
+    params: &[Value],
+) -> Result<Vec<Row>, rusqlite::Error> {
+    run_statements(conn, sql, params, Savepoint::None)
+}
+
 /// Runs statements separated by `;`, each prepared once and kept (without
 /// the write's savepoint unless asked); the rows of all.
 fn run_statements(
