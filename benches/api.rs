@@ -387,7 +387,8 @@ async fn user(store: &dyn Store, hasher: &PasswordHasher, username: &str) -> Str
     created.id
 }
 
-async fn start_tally(url: &DatabaseUrl) -> (String, Arc<dyn Store>) {
+/// The settings of every Tally the bench starts on `url`.
+fn bench_settings(url: &DatabaseUrl) -> Settings {
     let mut settings = Settings::from_lookup(|_| None).unwrap();
     settings.listen = "127.0.0.1:0".parse().unwrap();
     settings.api_rate_limit = std::num::NonZeroU32::MAX;
@@ -395,6 +396,42 @@ async fn start_tally(url: &DatabaseUrl) -> (String, Arc<dyn Store>) {
     settings.database_url = url.clone();
     // Required on PostgreSQL (SQLite makes a key file beside its database).
     settings.secret_key = Some("tally-bench-secret-key-0123456789abcdef0123456789".into());
+    // The webhook row's receiver is on loopback.
+    settings.webhook_allow_private = true;
+    settings
+}
+
+/// `POST /v1/payments` of 0.01 from the seeded payer to the payee, through
+/// the seeded app's token, on `clients` tasks for `secs`.
+async fn pay_load(
+    http: &reqwest::Client,
+    seeded: &Seeded,
+    clients: u64,
+    secs: Duration,
+) -> Measured {
+    let (h, token) = (http.clone(), Arc::new(seeded.token.clone()));
+    let pay_url = Arc::new(format!("{}/v1/payments", seeded.origin));
+    let body = Arc::new(format!(
+        r#"{{"user_id":"{}","amount":"0.01","note":"bench"}}"#,
+        seeded.payee
+    ));
+    load(clients, secs, move |_| {
+        let (h, token, url, body) = (h.clone(), token.clone(), pay_url.clone(), body.clone());
+        async move {
+            h.post(url.as_str())
+                .bearer_auth(token.as_str())
+                .header("content-type", "application/json")
+                .body(body.to_string())
+                .send()
+                .await
+                .is_ok_and(|r| r.status().is_success())
+        }
+    })
+    .await
+}
+
+async fn start_tally(url: &DatabaseUrl) -> (String, Arc<dyn Store>) {
+    let settings = bench_settings(url);
     let store = startup::open_store(&settings).await.unwrap();
     let app = Application::build(settings, store.clone()).await.unwrap();
     let origin = app.public_origin().to_owned();
@@ -995,30 +1032,47 @@ async fn main() {
         Some(pk_rate),
     );
 
-    let (h, token) = (http.clone(), Arc::new(seeded.token.clone()));
-    let pay_url = Arc::new(format!("{o}/v1/payments"));
-    let body = Arc::new(format!(
-        r#"{{"user_id":"{}","amount":"0.01","note":"bench"}}"#,
-        seeded.payee
-    ));
-    let pay = load(clients, secs, move |_| {
-        let (h, token, url, body) = (h.clone(), token.clone(), pay_url.clone(), body.clone());
-        async move {
-            h.post(url.as_str())
-                .bearer_auth(token.as_str())
-                .header("content-type", "application/json")
-                .body(body.to_string())
-                .send()
-                .await
-                .is_ok_and(|r| r.status().is_success())
-        }
-    })
-    .await;
+    let pay = pay_load(&http, &seeded, clients, secs).await;
+    let pay_rate = pay.rate;
     table.add(
         "POST /v1/payments (one payer)",
         pay,
         &money_base,
         Some(money_rate),
+    );
+
+    // Issue 40: the same pays once the app has one webhook endpoint (a
+    // loopback receiver answering 204), against the row above: each pay then
+    // also writes its events and their deliveries. Goal: a ratio of 0.9.
+    let receiver = actix_web::HttpServer::new(|| {
+        actix_web::App::new().default_service(actix_web::web::to(|| async {
+            actix_web::HttpResponse::NoContent().finish()
+        }))
+    })
+    .workers(1)
+    .bind("127.0.0.1:0")
+    .unwrap();
+    let hook = format!("http://{}/hook", receiver.addrs()[0]);
+    tokio::spawn(receiver.run());
+    let secret = tally::startup::resolve_secret_key(&bench_settings(&url), store.as_ref())
+        .await
+        .unwrap();
+    admin::webhook_add(
+        store.as_ref(),
+        &secret,
+        true,
+        &seeded.client_id,
+        &hook,
+        None,
+    )
+    .await
+    .unwrap();
+    let hooked = pay_load(&http, &seeded, clients, secs).await;
+    table.add(
+        "POST /v1/payments (one payer, one webhook)",
+        hooked,
+        "POST /v1/payments (one payer)",
+        Some(pay_rate),
     );
 
     let mut chains = Vec::new();
