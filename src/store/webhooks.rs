@@ -211,10 +211,11 @@ pub trait WebhookStore: Send + Sync {
         limit: i64,
     ) -> Result<Vec<ClaimedDelivery>, StoreError>;
 
-    /// Records an attempt, if its claim still holds: the attempt, the
-    /// delivery's state, next attempt and (after its first) body, the
-    /// endpoint's failing time (and its disabling). Whether the claim held.
-    async fn finish_attempt(&self, outcome: &AttemptOutcome) -> Result<bool, StoreError>;
+    /// Records attempts in one transaction, each if its claim still holds:
+    /// the attempt, the delivery's state, next attempt and (after its first)
+    /// body, the endpoint's failing time (and its disabling). Whether each
+    /// claim held.
+    async fn finish_attempts(&self, outcomes: &[AttemptOutcome]) -> Result<Vec<bool>, StoreError>;
 
     /// Queues a test event for one endpoint of the app; whether it has it.
     async fn queue_test_event(

@@ -17,6 +17,7 @@ use serde::Serialize;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 
 /// How often each instance looks for due deliveries: a first attempt goes
 /// out within a second of its commit.
@@ -31,7 +32,14 @@ pub struct Deliverer {
     client: reqwest::Client,
     allow_private: bool,
     in_flight: AtomicUsize,
+    /// Where attempts leave their outcome for [`record`]…
+    outcomes: UnboundedSender<Outcome>,
+    /// …which takes them from here (taken when the worker starts).
+    recorded: Option<UnboundedReceiver<Outcome>>,
 }
+
+/// An attempt's outcome, and the attempt's span for what is logged of it.
+type Outcome = (AttemptOutcome, tracing::Span);
 
 /// The body of a payment event: `{"type","timestamp","data"}`.
 #[derive(Serialize)]
@@ -54,30 +62,44 @@ impl Deliverer {
             .connect_timeout(ATTEMPT_TIMEOUT)
             .dns_resolver(Arc::new(Resolver { allow_private }))
             .user_agent(concat!("Tally-Webhooks/", env!("CARGO_PKG_VERSION")))
+            // No connection is kept: the host is resolved, and its address
+            // checked, at each attempt (SPEC §12).
             .pool_max_idle_per_host(0)
             .build()?;
+        let (outcomes, recorded) = tokio::sync::mpsc::unbounded_channel();
         Ok(Self {
             store,
             secret_key,
             client,
             allow_private,
             in_flight: AtomicUsize::new(0),
+            outcomes,
+            recorded: Some(recorded),
         })
     }
 
-    /// The loop, for ever (the workers run it beside theirs).
-    pub async fn run(self) {
+    /// The loop, for ever (the workers run it beside theirs): claims what
+    /// is due every [`POLL_INTERVAL`], and records the attempts' outcomes as
+    /// they come.
+    pub async fn run(mut self) {
+        let recorder = self
+            .recorded
+            .take()
+            .map(|outcomes| record(self.store.clone(), outcomes));
         let this = Arc::new(self);
-        let mut ticks = tokio::time::interval(POLL_INTERVAL);
-        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            ticks.tick().await;
-            if let Err(e) = this.clone().round().await {
-                let cause = format!("webhook delivery round: {e}");
-                if let Some(suppressed) = crate::log_throttle::admit(&cause) {
-                    tracing::warn!(error = %e, suppressed, "webhook delivery round failed");
+        let claims = async move {
+            let mut ticks = tokio::time::interval(POLL_INTERVAL);
+            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                ticks.tick().await;
+                if let Err(e) = this.clone().round().await {
+                    warn_throttled("webhook delivery round", &e);
                 }
             }
+        };
+        match recorder {
+            Some(recorder) => tokio::join!(claims, recorder).0,
+            None => claims.await,
         }
     }
 
@@ -140,11 +162,9 @@ impl Deliverer {
             disable_if_failing_since: at.saturating_sub(micros(DISABLE_AFTER)),
             rendered,
         };
-        match self.store.finish_attempt(&outcome).await {
-            Ok(true) => {}
-            Ok(false) => tracing::warn!("a webhook attempt outlived its claim"),
-            Err(e) => tracing::warn!(error = %e, "cannot record a webhook attempt"),
-        }
+        // Recorded with the outcomes of the attempts that end beside it, in
+        // one write (see `record`); the claim's lease outlives the wait.
+        let _ = self.outcomes.send((outcome, tracing::Span::current()));
     }
 
     /// Renders (first attempt: into `rendered`, which the attempt's record
@@ -229,6 +249,34 @@ impl Deliverer {
             timestamp: format_datetime(d.occurred_at),
             data: related.view(&payment),
         })?)
+    }
+}
+
+/// Records the attempts' outcomes as they come, those that came together in
+/// one write: one transaction for many attempts, not one each.
+async fn record(store: Arc<dyn Store>, mut outcomes: UnboundedReceiver<Outcome>) {
+    let mut batch = Vec::with_capacity(MAX_IN_FLIGHT);
+    while outcomes.recv_many(&mut batch, MAX_IN_FLIGHT).await > 0 {
+        let (records, spans): (Vec<AttemptOutcome>, Vec<tracing::Span>) = batch.drain(..).unzip();
+        match store.finish_attempts(&records).await {
+            Ok(held) => {
+                for (held, span) in held.into_iter().zip(spans) {
+                    if !held {
+                        span.in_scope(|| tracing::warn!("a webhook attempt outlived its claim"));
+                    }
+                }
+            }
+            // Unrecorded, the deliveries go again when their lease lapses.
+            Err(e) => warn_throttled("cannot record webhook attempts", &e),
+        }
+    }
+}
+
+/// Logs a failure of the worker's, once in a while when it repeats.
+fn warn_throttled(what: &str, e: &StoreError) {
+    let cause = format!("{what}: {e}");
+    if let Some(suppressed) = crate::log_throttle::admit(&cause) {
+        tracing::warn!(error = %e, suppressed, "{what} failed");
     }
 }
 

@@ -950,7 +950,7 @@ async fn an_endpoint_failing_for_five_days_is_disabled_and_old_events_are_purged
     }
     let d = claimed.pop().expect("the retry is due six days later");
     assert!(store
-        .finish_attempt(&tally::store::AttemptOutcome {
+        .finish_attempts(&[tally::store::AttemptOutcome {
             delivery_id: d.id.clone(),
             endpoint_id: d.endpoint_id.clone(),
             claim: "test-claim".to_owned(),
@@ -962,9 +962,10 @@ async fn an_endpoint_failing_for_five_days_is_disabled_and_old_events_are_purged
             retry_at: Some(later + 3_600_000_000),
             disable_if_failing_since: later - 5 * day,
             rendered: None,
-        })
+        }])
         .await
-        .unwrap());
+        .unwrap()
+        .eq(&[true]));
     let listed = list_endpoints(&app.db, &f.client_id);
     assert_eq!(listed["endpoints"][0]["enabled"], false, "{listed}");
     let browser = Browser::new(&app.origin);

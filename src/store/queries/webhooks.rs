@@ -14,6 +14,70 @@ const ENDPOINT_COLUMNS: &str = "id, client_id, url, events, secret_sealed, \
     previous_secret_sealed, previous_until, created_at, failing_since, disabled_at";
 
 impl ThisStore {
+    /// Records one attempt in `tx` (see `WebhookStore::finish_attempts`);
+    /// whether its claim held (when not, nothing is written).
+    async fn finish_attempt(
+        tx: &mut sqlx::Transaction<'static, Db>,
+        o: &AttemptOutcome,
+    ) -> Result<bool, StoreError> {
+        let state = match (o.delivered, o.retry_at) {
+            (true, _) => "delivered",
+            (false, Some(_)) => "pending",
+            (false, None) => "failed",
+        };
+        let held = sqlx::query(
+            "UPDATE webhook_deliveries SET state = $3, next_attempt_at = $4, claim = NULL, \
+               body = COALESCE(body, $5) \
+             WHERE id = $1 AND claim = $2",
+        )
+        .bind(&o.delivery_id)
+        .bind(&o.claim)
+        .bind(state)
+        .bind(o.retry_at.unwrap_or(o.at))
+        .bind(&o.rendered)
+        .execute(&mut **tx)
+        .await?
+        .rows_affected()
+            == 1;
+        if !held {
+            return Ok(false);
+        }
+        sqlx::query(
+            "INSERT INTO webhook_attempts (delivery_id, attempt, endpoint_id, at, answer, error) \
+             VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING",
+        )
+        .bind(&o.delivery_id)
+        .bind(o.attempt)
+        .bind(&o.endpoint_id)
+        .bind(o.at)
+        .bind(o.answer)
+        .bind(&o.error)
+        .execute(&mut **tx)
+        .await?;
+        if o.delivered {
+            sqlx::query(
+                "UPDATE webhook_endpoints SET failing_since = NULL \
+                 WHERE id = $1 AND failing_since IS NOT NULL",
+            )
+            .bind(&o.endpoint_id)
+            .execute(&mut **tx)
+            .await?;
+        } else {
+            sqlx::query(
+                "UPDATE webhook_endpoints SET failing_since = COALESCE(failing_since, $2), \
+                 disabled_at = CASE WHEN COALESCE(failing_since, $2) <= $3 \
+                   THEN COALESCE(disabled_at, $2) ELSE disabled_at END \
+                 WHERE id = $1",
+            )
+            .bind(&o.endpoint_id)
+            .bind(o.at)
+            .bind(o.disable_if_failing_since)
+            .execute(&mut **tx)
+            .await?;
+        }
+        Ok(true)
+    }
+
     /// Writes a payment event's deliveries in the change's transaction (see
     /// `PAYMENT_EVENT_SQL`); first, for a new payment made through an app,
     /// that app (`origin`).
@@ -216,67 +280,15 @@ impl WebhookStore for ThisStore {
         .await
     }
 
-    #[tracing::instrument(skip_all, fields(delivery_id = %o.delivery_id, attempt = o.attempt))]
-    async fn finish_attempt(&self, o: &AttemptOutcome) -> Result<bool, StoreError> {
-        let state = match (o.delivered, o.retry_at) {
-            (true, _) => "delivered",
-            (false, Some(_)) => "pending",
-            (false, None) => "failed",
-        };
+    #[tracing::instrument(skip_all, fields(attempts = outcomes.len()))]
+    async fn finish_attempts(&self, outcomes: &[AttemptOutcome]) -> Result<Vec<bool>, StoreError> {
         let mut tx = self.write().await?;
-        let held = sqlx::query(
-            "UPDATE webhook_deliveries SET state = $3, next_attempt_at = $4, claim = NULL, \
-               body = COALESCE(body, $5) \
-             WHERE id = $1 AND claim = $2",
-        )
-        .bind(&o.delivery_id)
-        .bind(&o.claim)
-        .bind(state)
-        .bind(o.retry_at.unwrap_or(o.at))
-        .bind(&o.rendered)
-        .execute(&mut *tx)
-        .await?
-        .rows_affected()
-            == 1;
-        if !held {
-            tx.rollback().await?;
-            return Ok(false);
-        }
-        sqlx::query(
-            "INSERT INTO webhook_attempts (delivery_id, attempt, endpoint_id, at, answer, error) \
-             VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING",
-        )
-        .bind(&o.delivery_id)
-        .bind(o.attempt)
-        .bind(&o.endpoint_id)
-        .bind(o.at)
-        .bind(o.answer)
-        .bind(&o.error)
-        .execute(&mut *tx)
-        .await?;
-        if o.delivered {
-            sqlx::query(
-                "UPDATE webhook_endpoints SET failing_since = NULL \
-                 WHERE id = $1 AND failing_since IS NOT NULL",
-            )
-            .bind(&o.endpoint_id)
-            .execute(&mut *tx)
-            .await?;
-        } else {
-            sqlx::query(
-                "UPDATE webhook_endpoints SET failing_since = COALESCE(failing_since, $2), \
-                 disabled_at = CASE WHEN COALESCE(failing_since, $2) <= $3 \
-                   THEN COALESCE(disabled_at, $2) ELSE disabled_at END \
-                 WHERE id = $1",
-            )
-            .bind(&o.endpoint_id)
-            .bind(o.at)
-            .bind(o.disable_if_failing_since)
-            .execute(&mut *tx)
-            .await?;
+        let mut held = Vec::with_capacity(outcomes.len());
+        for o in outcomes {
+            held.push(Self::finish_attempt(&mut tx, o).await?);
         }
         tx.commit().await?;
-        Ok(true)
+        Ok(held)
     }
 
     #[tracing::instrument(skip_all, fields(endpoint_id))]
