@@ -16,6 +16,10 @@
 //! `TALLY_BENCH_SECONDS` (3) per row, `TALLY_BENCH_CLIENTS` (32),
 //! `TALLY_BENCH_SCALE_USERS` (10000) and `TALLY_BENCH_SCALE_PAYMENTS` (100000);
 //! 0 users skips the scale rows. Issue 9's full scale is 100000 and 1000000.
+//!
+//! `cargo bench --bench api -- WORDS` measures only the rows whose name holds
+//! WORDS (`-- "POST /v1/payments"`: the two pay rows), with the baselines they
+//! are measured against, and no scale rows.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -403,6 +407,51 @@ fn bench_settings(url: &DatabaseUrl) -> Settings {
 
 /// `POST /v1/payments` of 0.01 from the seeded payer to the payee, through
 /// the seeded app's token, on `clients` tasks for `secs`.
+/// The pay rows: pays, then the same pays once the app has a webhook
+/// endpoint, against the first.
+#[allow(clippy::too_many_arguments)]
+async fn pay_rows(
+    http: &reqwest::Client,
+    url: &DatabaseUrl,
+    seeded: &Seeded,
+    store: &dyn Store,
+    table: &mut Table,
+    money: (&str, f64),
+    clients: u64,
+    secs: Duration,
+) {
+    let pay = pay_load(http, seeded, clients, secs).await;
+    let pay_rate = pay.rate;
+    table.add("POST /v1/payments (one payer)", pay, money.0, Some(money.1));
+
+    // Issue 40: the same pays once the app has one webhook endpoint (a
+    // loopback receiver answering 204), against the row above: each pay then
+    // also writes its events and their deliveries. Goal: a ratio of 0.9.
+    let receiver = actix_web::HttpServer::new(|| {
+        actix_web::App::new().default_service(actix_web::web::to(|| async {
+            actix_web::HttpResponse::NoContent().finish()
+        }))
+    })
+    .workers(1)
+    .bind("127.0.0.1:0")
+    .unwrap();
+    let hook = format!("http://{}/hook", receiver.addrs()[0]);
+    tokio::spawn(receiver.run());
+    let secret = tally::startup::resolve_secret_key(&bench_settings(url), store)
+        .await
+        .unwrap();
+    admin::webhook_add(store, &secret, true, &seeded.client_id, &hook, None)
+        .await
+        .unwrap();
+    let hooked = pay_load(http, seeded, clients, secs).await;
+    table.add(
+        "POST /v1/payments (one payer, one webhook)",
+        hooked,
+        "POST /v1/payments (one payer)",
+        Some(pay_rate),
+    );
+}
+
 async fn pay_load(
     http: &reqwest::Client,
     seeded: &Seeded,
@@ -957,12 +1006,22 @@ async fn main() {
     let (_, store) = start_tally(&url).await;
     let http = reqwest::Client::new();
     let mut table = Table { rows: Vec::new() };
+    let only = std::env::args().skip(1).find(|a| !a.starts_with('-'));
+    let wants = |name: &str| only.as_deref().is_none_or(|words| name.contains(words));
 
     println!("baselines");
-    let pk_url = start_pk_baseline(&url, &seeded.payer).await;
-    let pk = load_get(&http, &pk_url, "-", clients, secs).await;
-    let pk_rate = pk.rate;
-    table.add("actix + sqlx, one read by primary key", pk, "-", None);
+    let pk_rate = if ["GET /healthz", "GET /v1/me", "POST /v1/oauth/introspect"]
+        .into_iter()
+        .any(wants)
+    {
+        let pk_url = start_pk_baseline(&url, &seeded.payer).await;
+        let pk = load_get(&http, &pk_url, "-", clients, secs).await;
+        let pk_rate = pk.rate;
+        table.add("actix + sqlx, one read by primary key", pk, "-", None);
+        pk_rate
+    } else {
+        0.0
+    };
     let transfer_url = match &url {
         DatabaseUrl::Sqlite(_) => {
             DatabaseUrl::Sqlite(format!("sqlite://{}/transfer.db", dir.path().display()))
@@ -986,6 +1045,25 @@ async fn main() {
 
     println!("Tally");
     let o = &seeded.origin;
+    if only.is_some() {
+        if wants("POST /v1/payments (one payer)") {
+            pay_rows(
+                &http,
+                &url,
+                &seeded,
+                store.as_ref(),
+                &mut table,
+                (&money_base, money_rate),
+                clients,
+                secs,
+            )
+            .await;
+        }
+        table.print(&format!(
+            "Hot paths on {backend} (ratio = Tally / baseline, same process)"
+        ));
+        return;
+    }
     let health = load_get(&http, &format!("{o}/healthz"), "-", clients, secs).await;
     table.add(
         "GET /healthz",
@@ -1032,48 +1110,17 @@ async fn main() {
         Some(pk_rate),
     );
 
-    let pay = pay_load(&http, &seeded, clients, secs).await;
-    let pay_rate = pay.rate;
-    table.add(
-        "POST /v1/payments (one payer)",
-        pay,
-        &money_base,
-        Some(money_rate),
-    );
-
-    // Issue 40: the same pays once the app has one webhook endpoint (a
-    // loopback receiver answering 204), against the row above: each pay then
-    // also writes its events and their deliveries. Goal: a ratio of 0.9.
-    let receiver = actix_web::HttpServer::new(|| {
-        actix_web::App::new().default_service(actix_web::web::to(|| async {
-            actix_web::HttpResponse::NoContent().finish()
-        }))
-    })
-    .workers(1)
-    .bind("127.0.0.1:0")
-    .unwrap();
-    let hook = format!("http://{}/hook", receiver.addrs()[0]);
-    tokio::spawn(receiver.run());
-    let secret = tally::startup::resolve_secret_key(&bench_settings(&url), store.as_ref())
-        .await
-        .unwrap();
-    admin::webhook_add(
+    pay_rows(
+        &http,
+        &url,
+        &seeded,
         store.as_ref(),
-        &secret,
-        true,
-        &seeded.client_id,
-        &hook,
-        None,
+        &mut table,
+        (&money_base, money_rate),
+        clients,
+        secs,
     )
-    .await
-    .unwrap();
-    let hooked = pay_load(&http, &seeded, clients, secs).await;
-    table.add(
-        "POST /v1/payments (one payer, one webhook)",
-        hooked,
-        "POST /v1/payments (one payer)",
-        Some(pay_rate),
-    );
+    .await;
 
     let mut chains = Vec::new();
     for _ in 0..clients {
