@@ -28,6 +28,8 @@
 -- a statement after the pays so that it reads them, and before the
 -- settlements so that a pay settled at once has both; the app it was made
 -- through is kept first (`payment_origins`) when that app has an endpoint.
+-- While no endpoint exists (one read of an index per batch), neither is
+-- written: no endpoint would get them.
 --
 -- One row per pay: its id and its actor's balance after it (NULL when nothing
 -- was written).
@@ -108,6 +110,12 @@ BEGIN
     FROM p LEFT JOIN debit USING (id)
     CROSS JOIN LATERAL (SELECT p.settles AND debit.id IS NOT NULL) AS w (settles);
     IF written IS NOT NULL THEN
+        -- After an endpoint's addition, which takes this lock alone: see
+        -- `payment_events`.
+        PERFORM pg_advisory_xact_lock_shared(hashtextextended('webhook endpoints', 0));
+    END IF;
+    IF written IS NOT NULL
+       AND EXISTS (SELECT 1 FROM webhook_endpoints WHERE disabled_at IS NULL) THEN
         INSERT INTO payment_origins (payment_id, client_id)
         SELECT o.id, o.origin FROM jsonb_to_recordset(pays) AS o (id TEXT, origin TEXT)
         WHERE o.origin IS NOT NULL AND o.id = ANY (written)

@@ -8,6 +8,14 @@
 -- The event id is `evt_` + the type's last word + the payment id (each
 -- payment reaches each state once).
 --
+-- It first takes the shared advisory lock 'webhook endpoints', which an
+-- endpoint's addition (and removal) takes alone: an addition waits for the
+-- changes writing their events, and a change that comes after it waits for
+-- it to commit, so its statements (READ COMMITTED: each sees what committed
+-- before it began) see the endpoint. So no change that commits after an
+-- endpoint was added is without its event for it. (SQLite needs no lock:
+-- its writes are one at a time.)
+--
 -- SQLite runs the same statement for one payment (`PAYMENT_EVENT_SQL` in
 -- `store/webhooks.rs`; a test in `store/sqlite.rs` holds the two to each
 -- other). The callers: `settle_pays` (every settlement), `pay_batch` (new
@@ -15,6 +23,7 @@
 CREATE OR REPLACE FUNCTION payment_events(ids TEXT[], event_type TEXT, ats BIGINT[])
 RETURNS void
 LANGUAGE sql VOLATILE AS $$
+    SELECT pg_advisory_xact_lock_shared(hashtextextended('webhook endpoints', 0));
     INSERT INTO webhook_deliveries (id, endpoint_id, event_id, client_id, type, occurred_at,
       payment_id, status, date_completed, target_user_id, refund_payment_id, next_attempt_at)
     SELECT e.id || '/evt_' || substr(event_type, 9) || '_' || p.id, e.id,

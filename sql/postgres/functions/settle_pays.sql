@@ -9,7 +9,8 @@
 -- settlement is one movement, two `settle` entries at that time: its amount
 -- out of `@held`, into its target; and each target's balance is credited once,
 -- with the sum of its pays; each pay's `payment.settled` event is written
--- (`payment_events`). One row per pay settled: its id.
+-- (`payment_events`; not even called while no endpoint exists). One row per
+-- pay settled: its id.
 --
 -- `written_settled`: the caller has just inserted the pays' rows already
 -- settled (`pay_batch`: a pay due at once is written settled, completed at
@@ -56,6 +57,12 @@ BEGIN
     SELECT array_agg(settled.id), array_agg(settled.settled_at) INTO done, done_ats
     FROM settled;
     IF done IS NOT NULL THEN
+        -- After an endpoint's addition, which takes this lock alone: see
+        -- `payment_events`.
+        PERFORM pg_advisory_xact_lock_shared(hashtextextended('webhook endpoints', 0));
+    END IF;
+    IF done IS NOT NULL
+       AND EXISTS (SELECT 1 FROM webhook_endpoints WHERE disabled_at IS NULL) THEN
         PERFORM payment_events(done, 'payment.settled', done_ats);
     END IF;
     RETURN QUERY SELECT unnest(done);

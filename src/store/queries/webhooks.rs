@@ -10,6 +10,11 @@ use crate::store::webhooks::{
 };
 use crate::store::StoreError;
 
+/// The key of the lock an endpoint's addition or removal takes alone, and
+/// every change writing payment events shares on PostgreSQL (the function
+/// `payment_events` and its callers say why).
+const ENDPOINTS_LOCK: &str = "webhook endpoints";
+
 const ENDPOINT_COLUMNS: &str = "id, client_id, url, events, secret_sealed, \
     previous_secret_sealed, previous_until, created_at, failing_since, disabled_at";
 
@@ -131,9 +136,11 @@ impl WebhookStore for ThisStore {
     #[tracing::instrument(skip_all, fields(client_id = %endpoint.client_id))]
     async fn insert_endpoint(&self, endpoint: &NewEndpoint, max: i64) -> Result<bool, StoreError> {
         let mut tx = self.write().await?;
-        // Two adds for one app are decided one after the other.
+        // Alone (PostgreSQL): the changes writing their events now commit
+        // first, those after wait, and see the endpoint (`payment_events`).
+        // And two adds for one app are decided one after the other.
         sqlx::query(KEY_LOCK)
-            .bind(format!("webhook endpoints {}", endpoint.client_id))
+            .bind(ENDPOINTS_LOCK)
             .execute(&mut *tx)
             .await?;
         let added = sqlx::query(
@@ -196,6 +203,12 @@ impl WebhookStore for ThisStore {
         endpoint_id: &str,
     ) -> Result<bool, StoreError> {
         let mut tx = self.write().await?;
+        // Alone, as an addition: no change writes a delivery for the
+        // endpoint after its deliveries are deleted.
+        sqlx::query(KEY_LOCK)
+            .bind(ENDPOINTS_LOCK)
+            .execute(&mut *tx)
+            .await?;
         let removed = sqlx::query("DELETE FROM webhook_endpoints WHERE id = $2 AND client_id = $1")
             .bind(client_id)
             .bind(endpoint_id)
@@ -204,9 +217,11 @@ impl WebhookStore for ThisStore {
             .rows_affected()
             == 1;
         if removed {
+            // A delivery's id is its endpoint's and a slash, then the
+            // event's: the endpoint's deliveries are a range of the key.
             for sql in [
                 "DELETE FROM webhook_attempts WHERE endpoint_id = $1",
-                "DELETE FROM webhook_deliveries WHERE endpoint_id = $1",
+                "DELETE FROM webhook_deliveries WHERE id >= $1 || '/' AND id < $1 || '0'",
             ] {
                 sqlx::query(sql).bind(endpoint_id).execute(&mut *tx).await?;
             }
@@ -328,7 +343,7 @@ impl WebhookStore for ThisStore {
         self.write_changed(
             sqlx::query(
                 "UPDATE webhook_deliveries SET state = 'pending', next_attempt_at = $4 \
-                 WHERE endpoint_id = $2 AND event_id = $3 AND client_id = $1 \
+                 WHERE id = $2 || '/' || $3 AND client_id = $1 \
                    AND (state <> 'pending' OR claim IS NULL)",
             )
             .bind(client_id)

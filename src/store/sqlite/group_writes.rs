@@ -61,7 +61,8 @@ pub(super) fn payment(
 
 /// Writes a payment event's deliveries in the group's transaction, as
 /// `ThisStore::payment_events` does in a transaction of sqlx's (the same
-/// statements); nothing when the payment was not written.
+/// statements); nothing when the payment was not written, and no statement
+/// at all while no endpoint exists (`group::endpoints_exist`).
 pub(super) fn payment_event(
     conn: &rusqlite::Connection,
     payment_id: &str,
@@ -71,6 +72,9 @@ pub(super) fn payment_event(
 ) -> Result<(), rusqlite::Error> {
     use super::group::run_in_write;
     use crate::store::webhooks::{PAYMENT_EVENT_SQL, PAYMENT_ORIGIN_SQL};
+    if !super::group::endpoints_exist(conn)? {
+        return Ok(());
+    }
     let text = |s: &str| Value::Text(s.to_owned());
     if let Some(client_id) = origin {
         run_in_write(
