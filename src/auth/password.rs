@@ -303,6 +303,18 @@ impl ApiActivity {
     }
 }
 
+/// The real API requests in flight (see [`PasswordHasher::api_request`]),
+/// as other work that makes way for the API reads them.
+#[derive(Clone)]
+pub struct ApiLoad(Arc<ApiActivity>);
+
+impl ApiLoad {
+    /// How many real API requests are in flight now.
+    pub fn in_flight(&self) -> i64 {
+        self.0.in_flight.get()
+    }
+}
+
 /// How long after its last real request the API counts as quiet.
 const API_QUIET_AFTER: Duration = Duration::from_millis(50);
 
@@ -446,6 +458,12 @@ impl PasswordHasher {
     pub fn api_request(&self) -> ApiRequest {
         self.api.in_flight.inc();
         ApiRequest(self.api.clone())
+    }
+
+    /// The real API requests in flight, for other work that makes way for
+    /// the API (the webhook delivery worker).
+    pub fn api_load(&self) -> ApiLoad {
+        ApiLoad(self.api.clone())
     }
 
     /// Jobs dropped unhashed so far because their requester had gone.

@@ -10,6 +10,7 @@
 use super::guard::{check_url, Resolver};
 use super::{signing, ATTEMPT_TIMEOUT, DISABLE_AFTER, LEASE, MAX_ANSWER_BYTES, RETRY_WAITS};
 use crate::api::render::Related;
+use crate::auth::password::ApiLoad;
 use crate::domain::{format_datetime, micros, new_id, now_micros, EventType, PaymentStatus};
 use crate::store::{AttemptOutcome, ClaimedDelivery, Store, StoreError};
 use secrecy::SecretString;
@@ -24,6 +25,16 @@ use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 pub const POLL_INTERVAL: Duration = Duration::from_millis(250);
 /// Most attempts one instance has in flight.
 const MAX_IN_FLIGHT: usize = 64;
+/// How often the API's requests in flight are read between two polls.
+const LOAD_SAMPLE: Duration = Duration::from_millis(10);
+/// The API is saturated while the real requests in flight (see
+/// `PasswordHasher::api_request`), averaged over a poll's interval, are at
+/// least this many per core: they are queueing (for a core, or for the
+/// writer), not being answered as they come.
+pub const SATURATED_IN_FLIGHT_PER_CORE: i64 = 4;
+/// Most attempts in flight while the API is saturated: the deliveries make
+/// way for it (decision 019), yet never stop.
+const SATURATED_IN_FLIGHT: usize = 4;
 
 /// What the worker needs.
 pub struct Deliverer {
@@ -31,6 +42,8 @@ pub struct Deliverer {
     secret_key: SecretString,
     client: reqwest::Client,
     allow_private: bool,
+    /// The API's requests in flight, which the worker makes way for.
+    api: ApiLoad,
     in_flight: AtomicUsize,
     /// Where attempts leave their outcome for [`record`]…
     outcomes: UnboundedSender<Outcome>,
@@ -55,6 +68,7 @@ impl Deliverer {
         store: Arc<dyn Store>,
         secret_key: SecretString,
         allow_private: bool,
+        api: ApiLoad,
     ) -> anyhow::Result<Self> {
         let client = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
@@ -72,6 +86,7 @@ impl Deliverer {
             secret_key,
             client,
             allow_private,
+            api,
             in_flight: AtomicUsize::new(0),
             outcomes,
             recorded: Some(recorded),
@@ -80,19 +95,38 @@ impl Deliverer {
 
     /// The loop, for ever (the workers run it beside theirs): claims what
     /// is due every [`POLL_INTERVAL`], and records the attempts' outcomes as
-    /// they come.
+    /// they come. While the API is saturated (see
+    /// [`SATURATED_IN_FLIGHT_PER_CORE`]) it keeps only
+    /// [`SATURATED_IN_FLIGHT`] attempts in flight: the deliveries wait, and
+    /// catch up once the API is no longer saturated.
     pub async fn run(mut self) {
         let recorder = self
             .recorded
             .take()
             .map(|outcomes| record(self.store.clone(), outcomes));
         let this = Arc::new(self);
+        let saturated_at = SATURATED_IN_FLIGHT_PER_CORE.saturating_mul(
+            std::thread::available_parallelism()
+                .map_or(1, |n| i64::try_from(n.get()).unwrap_or(i64::MAX)),
+        );
         let claims = async move {
-            let mut ticks = tokio::time::interval(POLL_INTERVAL);
-            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut samples = tokio::time::interval(LOAD_SAMPLE);
+            samples.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let per_poll =
+                i64::try_from(POLL_INTERVAL.as_millis() / LOAD_SAMPLE.as_millis()).unwrap_or(1);
             loop {
-                ticks.tick().await;
-                if let Err(e) = this.clone().round().await {
+                // The requests in flight, read through the interval.
+                let mut sum = 0_i64;
+                for _ in 0..per_poll {
+                    samples.tick().await;
+                    sum = sum.saturating_add(this.api.in_flight());
+                }
+                let most = if sum >= saturated_at.saturating_mul(per_poll) {
+                    SATURATED_IN_FLIGHT
+                } else {
+                    MAX_IN_FLIGHT
+                };
+                if let Err(e) = this.clone().round(most).await {
                     warn_throttled("webhook delivery round", &e);
                 }
             }
@@ -103,10 +137,10 @@ impl Deliverer {
         }
     }
 
-    /// Claims what is due (as many as there is room for) and starts an
-    /// attempt for each; how many.
-    pub async fn round(self: Arc<Self>) -> Result<usize, StoreError> {
-        let room = MAX_IN_FLIGHT.saturating_sub(self.in_flight.load(Ordering::Relaxed));
+    /// Claims what is due (as many as there is room for, with at most
+    /// `most` attempts in flight) and starts an attempt for each; how many.
+    pub async fn round(self: Arc<Self>, most: usize) -> Result<usize, StoreError> {
+        let room = most.saturating_sub(self.in_flight.load(Ordering::Relaxed));
         if room == 0 {
             return Ok(0);
         }
