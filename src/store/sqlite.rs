@@ -773,7 +773,7 @@ mod tests {
         };
         let columns = &sqlite[..at(" SELECT ")?];
         let endpoints = &sqlite[at("JOIN webhook_endpoints e ON")?..at(" WHERE p.id = $1")?];
-        let linked = sqlite[at("e.client_id IN (SELECT o.client_id")?..]
+        let linked = sqlite[at("EXISTS (SELECT 1 FROM payment_origins o")?..]
             .strip_suffix(')')
             .ok_or_else(|| anyhow::anyhow!("the links end without a parenthesis"))?;
         for part in [columns, endpoints, linked] {

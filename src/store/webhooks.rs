@@ -119,7 +119,9 @@ pub struct AttemptOutcome {
 /// made through the app (`payment_origins`), or one of its parties has a
 /// live grant to the app that reads payments (`access_profile` or
 /// `access_payment_history`). The event id is `evt_`, the type's last word
-/// and the payment id (each payment reaches each state once).
+/// and the payment id (each payment reaches each state once). Each link is
+/// an `EXISTS` on a key (`IN (SELECT …)` made SQLite build a temporary
+/// table at every run).
 ///
 /// PostgreSQL's function `payment_events`
 /// (`sql/postgres/functions/payment_events.sql`) is this statement over
@@ -133,9 +135,15 @@ pub(crate) const PAYMENT_EVENT_SQL: &str = "\
     FROM payments p JOIN webhook_endpoints e ON e.disabled_at IS NULL \
       AND (e.events = '*' OR e.events LIKE '%,' || $2 || ',%') \
     WHERE p.id = $1 \
-      AND (e.client_id IN (SELECT o.client_id FROM payment_origins o WHERE o.payment_id = p.id) \
-        OR e.client_id IN (SELECT g.client_id FROM oauth_grants g \
-          WHERE g.user_id IN (p.actor_id, p.target_user_id) AND g.revoked_at IS NULL \
+      AND (EXISTS (SELECT 1 FROM payment_origins o \
+          WHERE o.payment_id = p.id AND o.client_id = e.client_id) \
+        OR EXISTS (SELECT 1 FROM oauth_grants g \
+          WHERE g.user_id = p.actor_id AND g.client_id = e.client_id AND g.revoked_at IS NULL \
+            AND (' ' || g.scopes || ' ' LIKE '% access_profile %' \
+              OR ' ' || g.scopes || ' ' LIKE '% access_payment_history %')) \
+        OR EXISTS (SELECT 1 FROM oauth_grants g \
+          WHERE g.user_id = p.target_user_id AND g.client_id = e.client_id \
+            AND g.revoked_at IS NULL \
             AND (' ' || g.scopes || ' ' LIKE '% access_profile %' \
               OR ' ' || g.scopes || ' ' LIKE '% access_payment_history %')))";
 

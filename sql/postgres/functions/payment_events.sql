@@ -16,14 +16,19 @@
 -- endpoint was added is without its event for it. (SQLite needs no lock:
 -- its writes are one at a time.)
 --
+-- PL/pgSQL, not SQL: a session plans its statement once, where an SQL
+-- function's was parsed and planned at every call (most of a subscribed
+-- pay's cost on PostgreSQL, decision 019).
+--
 -- SQLite runs the same statement for one payment (`PAYMENT_EVENT_SQL` in
 -- `store/webhooks.rs`; a test in `store/sqlite.rs` holds the two to each
 -- other). The callers: `settle_pays` (every settlement), `pay_batch` (new
 -- pays) and the store's transactions (`PAYMENT_EVENTS_SQL`).
 CREATE OR REPLACE FUNCTION payment_events(ids TEXT[], event_type TEXT, ats BIGINT[])
 RETURNS void
-LANGUAGE sql VOLATILE AS $$
-    SELECT pg_advisory_xact_lock_shared(hashtextextended('webhook endpoints', 0));
+LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+    PERFORM pg_advisory_xact_lock_shared(hashtextextended('webhook endpoints', 0));
     INSERT INTO webhook_deliveries (id, endpoint_id, event_id, client_id, type, occurred_at,
       payment_id, status, date_completed, target_user_id, refund_payment_id, next_attempt_at)
     SELECT e.id || '/evt_' || substr(event_type, 9) || '_' || p.id, e.id,
@@ -33,9 +38,16 @@ LANGUAGE sql VOLATILE AS $$
     JOIN payments p ON p.id = c.id
     JOIN webhook_endpoints e ON e.disabled_at IS NULL
       AND (e.events = '*' OR e.events LIKE '%,' || event_type || ',%')
-    WHERE e.client_id IN (SELECT o.client_id FROM payment_origins o WHERE o.payment_id = p.id)
-       OR e.client_id IN (SELECT g.client_id FROM oauth_grants g
-          WHERE g.user_id IN (p.actor_id, p.target_user_id) AND g.revoked_at IS NULL
+    WHERE EXISTS (SELECT 1 FROM payment_origins o
+          WHERE o.payment_id = p.id AND o.client_id = e.client_id)
+        OR EXISTS (SELECT 1 FROM oauth_grants g
+          WHERE g.user_id = p.actor_id AND g.client_id = e.client_id AND g.revoked_at IS NULL
             AND (' ' || g.scopes || ' ' LIKE '% access_profile %'
               OR ' ' || g.scopes || ' ' LIKE '% access_payment_history %'))
+        OR EXISTS (SELECT 1 FROM oauth_grants g
+          WHERE g.user_id = p.target_user_id AND g.client_id = e.client_id
+            AND g.revoked_at IS NULL
+            AND (' ' || g.scopes || ' ' LIKE '% access_profile %'
+              OR ' ' || g.scopes || ' ' LIKE '% access_payment_history %'));
+END
 $$;
