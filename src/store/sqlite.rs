@@ -755,10 +755,11 @@ mod tests {
         }
     }
 
-    /// A payment event's deliveries are written by the same statement on
-    /// both: SQLite's for one payment (`PAYMENT_EVENT_SQL`) and PostgreSQL's
-    /// function over arrays (`payment_events`) name the same columns, the
-    /// same endpoints and the same linked apps.
+    /// A payment event's deliveries are written alike on both: SQLite's
+    /// statement for one payment (`PAYMENT_EVENT_SQL`) and PostgreSQL's
+    /// function over arrays (`payment_events`, which reads the links as a
+    /// LATERAL union where SQLite has `EXISTS`) name the same columns, the
+    /// same endpoints and the same links.
     #[test]
     fn the_payment_event_statement_is_that_of_postgresqls_function() -> anyhow::Result<()> {
         let words = |text: &str| text.split_whitespace().collect::<Vec<_>>().join(" ");
@@ -772,12 +773,23 @@ mod tests {
                 .ok_or_else(|| anyhow::anyhow!("{needle} is not in {sqlite}"))
         };
         let columns = &sqlite[..at(" SELECT ")?];
-        let endpoints = &sqlite[at("JOIN webhook_endpoints e ON")?..at(" WHERE p.id = $1")?];
-        let linked = sqlite[at("EXISTS (SELECT 1 FROM payment_origins o")?..]
-            .strip_suffix(')')
-            .ok_or_else(|| anyhow::anyhow!("the links end without a parenthesis"))?;
-        for part in [columns, endpoints, linked] {
+        let endpoints = &sqlite[at("e.disabled_at IS NULL")?..at(" WHERE p.id = $1")?];
+        let grant = &sqlite[at("g.revoked_at IS NULL")?..at("%')) OR EXISTS")? + 3];
+        for part in [
+            columns,
+            endpoints,
+            "o.payment_id = p.id",
+            "g.user_id IN (p.actor_id, p.target_user_id)",
+            grant,
+        ] {
             assert!(function.contains(part), "{part}\nis not in\n{function}");
+        }
+        for link in [
+            "o.client_id = e.client_id",
+            "g.user_id = p.actor_id AND g.client_id = e.client_id",
+            "g.user_id = p.target_user_id AND g.client_id = e.client_id",
+        ] {
+            assert!(sqlite.contains(link), "{link}\nis not in\n{sqlite}");
         }
         Ok(())
     }

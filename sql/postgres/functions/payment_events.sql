@@ -16,9 +16,12 @@
 -- endpoint was added is without its event for it. (SQLite needs no lock:
 -- its writes are one at a time.)
 --
--- PL/pgSQL, not SQL: a session plans its statement once, where an SQL
--- function's was parsed and planned at every call (most of a subscribed
--- pay's cost on PostgreSQL, decision 019).
+-- PL/pgSQL with one generic plan, not SQL: a session plans its statement
+-- once, where an SQL function's was parsed and planned at every call. The
+-- linked apps are a LATERAL union read by key for each payment: as `OR`ed
+-- `EXISTS` (SQLite's form) or `IN (SELECT …)`, PostgreSQL hashed the whole
+-- of payment_origins at every call, a cost growing with the table (most of
+-- a subscribed pay's cost, decision 019).
 --
 -- SQLite runs the same statement for one payment (`PAYMENT_EVENT_SQL` in
 -- `store/webhooks.rs`; a test in `store/sqlite.rs` holds the two to each
@@ -26,7 +29,12 @@
 -- pays) and the store's transactions (`PAYMENT_EVENTS_SQL`).
 CREATE OR REPLACE FUNCTION payment_events(ids TEXT[], event_type TEXT, ats BIGINT[])
 RETURNS void
-LANGUAGE plpgsql VOLATILE AS $$
+LANGUAGE plpgsql VOLATILE
+-- Its one plan, whatever the arrays: PostgreSQL's choice between a plan for
+-- the values at hand and one for any kept planning the statement anew at
+-- every call.
+SET plan_cache_mode = force_generic_plan
+AS $$
 BEGIN
     PERFORM pg_advisory_xact_lock_shared(hashtextextended('webhook endpoints', 0));
     INSERT INTO webhook_deliveries (id, endpoint_id, event_id, client_id, type, occurred_at,
@@ -36,18 +44,15 @@ BEGIN
       p.id, p.status, p.date_completed, p.target_user_id, p.refund_payment_id, c.at
     FROM unnest(ids, ats) AS c (id, at)
     JOIN payments p ON p.id = c.id
-    JOIN webhook_endpoints e ON e.disabled_at IS NULL
-      AND (e.events = '*' OR e.events LIKE '%,' || event_type || ',%')
-    WHERE EXISTS (SELECT 1 FROM payment_origins o
-          WHERE o.payment_id = p.id AND o.client_id = e.client_id)
-        OR EXISTS (SELECT 1 FROM oauth_grants g
-          WHERE g.user_id = p.actor_id AND g.client_id = e.client_id AND g.revoked_at IS NULL
+    CROSS JOIN LATERAL (
+        SELECT o.client_id FROM payment_origins o WHERE o.payment_id = p.id
+        UNION
+        SELECT g.client_id FROM oauth_grants g
+          WHERE g.user_id IN (p.actor_id, p.target_user_id) AND g.revoked_at IS NULL
             AND (' ' || g.scopes || ' ' LIKE '% access_profile %'
-              OR ' ' || g.scopes || ' ' LIKE '% access_payment_history %'))
-        OR EXISTS (SELECT 1 FROM oauth_grants g
-          WHERE g.user_id = p.target_user_id AND g.client_id = e.client_id
-            AND g.revoked_at IS NULL
-            AND (' ' || g.scopes || ' ' LIKE '% access_profile %'
-              OR ' ' || g.scopes || ' ' LIKE '% access_payment_history %'));
+              OR ' ' || g.scopes || ' ' LIKE '% access_payment_history %')
+    ) AS linked (client_id)
+    JOIN webhook_endpoints e ON e.client_id = linked.client_id AND e.disabled_at IS NULL
+      AND (e.events = '*' OR e.events LIKE '%,' || event_type || ',%');
 END
 $$;
