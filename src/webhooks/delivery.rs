@@ -105,10 +105,8 @@ impl Deliverer {
             .take()
             .map(|outcomes| record(self.store.clone(), outcomes));
         let this = Arc::new(self);
-        let saturated_at = SATURATED_IN_FLIGHT_PER_CORE.saturating_mul(
-            std::thread::available_parallelism()
-                .map_or(1, |n| i64::try_from(n.get()).unwrap_or(i64::MAX)),
-        );
+        let cores = std::thread::available_parallelism()
+            .map_or(1, |n| i64::try_from(n.get()).unwrap_or(i64::MAX));
         let claims = async move {
             let mut samples = tokio::time::interval(LOAD_SAMPLE);
             samples.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -116,17 +114,12 @@ impl Deliverer {
                 i64::try_from(POLL_INTERVAL.as_millis() / LOAD_SAMPLE.as_millis()).unwrap_or(1);
             loop {
                 // The requests in flight, read through the interval.
-                let mut sum = 0_i64;
+                let mut read = Vec::with_capacity(usize::try_from(per_poll).unwrap_or(0));
                 for _ in 0..per_poll {
                     samples.tick().await;
-                    sum = sum.saturating_add(this.api.in_flight());
+                    read.push(this.api.in_flight());
                 }
-                let most = if sum >= saturated_at.saturating_mul(per_poll) {
-                    SATURATED_IN_FLIGHT
-                } else {
-                    MAX_IN_FLIGHT
-                };
-                if let Err(e) = this.clone().round(most).await {
+                if let Err(e) = this.clone().round(most_in_flight(&read, cores)).await {
                     warn_throttled("webhook delivery round", &e);
                 }
             }
@@ -286,6 +279,23 @@ impl Deliverer {
     }
 }
 
+/// The most attempts to keep in flight after a poll's interval in which the
+/// API's requests in flight were `read`, on `cores` cores: a few while it
+/// was saturated (they averaged [`SATURATED_IN_FLIGHT_PER_CORE`] a core or
+/// more), else [`MAX_IN_FLIGHT`].
+fn most_in_flight(read: &[i64], cores: i64) -> usize {
+    let sum = read.iter().fold(0_i64, |sum, n| sum.saturating_add(*n));
+    let samples = i64::try_from(read.len()).unwrap_or(i64::MAX);
+    let saturated_at = SATURATED_IN_FLIGHT_PER_CORE
+        .saturating_mul(cores.max(1))
+        .saturating_mul(samples);
+    if samples > 0 && sum >= saturated_at {
+        SATURATED_IN_FLIGHT
+    } else {
+        MAX_IN_FLIGHT
+    }
+}
+
 /// Records the attempts' outcomes as they come, those that came together in
 /// one write: one transaction for many attempts, not one each.
 async fn record(store: Arc<dyn Store>, mut outcomes: UnboundedReceiver<Outcome>) {
@@ -325,6 +335,23 @@ pub fn retry_wait(attempt: i64) -> Option<Duration> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn deliveries_make_way_only_while_the_api_requests_queue() {
+        // Two cores: saturated from 8 requests in flight on average.
+        let quiet = [0, 1, 0, 2, 0];
+        let steady = [3, 5, 7, 4, 6];
+        let queueing = [30, 28, 31, 0, 32];
+        assert_eq!(most_in_flight(&quiet, 2), MAX_IN_FLIGHT);
+        assert_eq!(most_in_flight(&steady, 2), MAX_IN_FLIGHT);
+        assert_eq!(most_in_flight(&queueing, 2), SATURATED_IN_FLIGHT);
+        assert_eq!(most_in_flight(&[8; 25], 2), SATURATED_IN_FLIGHT);
+        assert_eq!(most_in_flight(&[7; 25], 2), MAX_IN_FLIGHT);
+        // More cores take more requests in flight to saturate.
+        assert_eq!(most_in_flight(&queueing, 16), MAX_IN_FLIGHT);
+        assert_eq!(most_in_flight(&[], 2), MAX_IN_FLIGHT);
+        const { assert!(SATURATED_IN_FLIGHT < MAX_IN_FLIGHT) };
+    }
 
     #[test]
     fn retries_follow_the_schedule_within_half_either_way_then_stop() {
