@@ -16,6 +16,10 @@
 //! `TALLY_BENCH_SECONDS` (3) per row, `TALLY_BENCH_CLIENTS` (32),
 //! `TALLY_BENCH_SCALE_USERS` (10000) and `TALLY_BENCH_SCALE_PAYMENTS` (100000);
 //! 0 users skips the scale rows. Issue 9's full scale is 100000 and 1000000.
+//!
+//! `cargo bench --bench api -- WORDS` measures only the rows whose name holds
+//! WORDS (`-- "POST /v1/payments"`: the two pay rows), with the baselines they
+//! are measured against, and no scale rows.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -387,7 +391,8 @@ async fn user(store: &dyn Store, hasher: &PasswordHasher, username: &str) -> Str
     created.id
 }
 
-async fn start_tally(url: &DatabaseUrl) -> (String, Arc<dyn Store>) {
+/// The settings of every Tally the bench starts on `url`.
+fn bench_settings(url: &DatabaseUrl) -> Settings {
     let mut settings = Settings::from_lookup(|_| None).unwrap();
     settings.listen = "127.0.0.1:0".parse().unwrap();
     settings.api_rate_limit = std::num::NonZeroU32::MAX;
@@ -395,6 +400,87 @@ async fn start_tally(url: &DatabaseUrl) -> (String, Arc<dyn Store>) {
     settings.database_url = url.clone();
     // Required on PostgreSQL (SQLite makes a key file beside its database).
     settings.secret_key = Some("tally-bench-secret-key-0123456789abcdef0123456789".into());
+    // The webhook row's receiver is on loopback.
+    settings.webhook_allow_private = true;
+    settings
+}
+
+/// `POST /v1/payments` of 0.01 from the seeded payer to the payee, through
+/// the seeded app's token, on `clients` tasks for `secs`.
+/// The pay rows: pays, then the same pays once the app has a webhook
+/// endpoint, against the first.
+#[allow(clippy::too_many_arguments)]
+async fn pay_rows(
+    http: &reqwest::Client,
+    url: &DatabaseUrl,
+    seeded: &Seeded,
+    store: &dyn Store,
+    table: &mut Table,
+    money: (&str, f64),
+    clients: u64,
+    secs: Duration,
+) {
+    let pay = pay_load(http, seeded, clients, secs).await;
+    let pay_rate = pay.rate;
+    table.add("POST /v1/payments (one payer)", pay, money.0, Some(money.1));
+
+    // Issue 40: the same pays once the app has one webhook endpoint (a
+    // loopback receiver answering 204), against the row above: each pay then
+    // also writes its events and their deliveries. Goal: a ratio of 0.9.
+    let receiver = actix_web::HttpServer::new(|| {
+        actix_web::App::new().default_service(actix_web::web::to(|| async {
+            actix_web::HttpResponse::NoContent().finish()
+        }))
+    })
+    .workers(1)
+    .bind("127.0.0.1:0")
+    .unwrap();
+    let hook = format!("http://{}/hook", receiver.addrs()[0]);
+    tokio::spawn(receiver.run());
+    let secret = tally::startup::resolve_secret_key(&bench_settings(url), store)
+        .await
+        .unwrap();
+    admin::webhook_add(store, &secret, true, &seeded.client_id, &hook, None)
+        .await
+        .unwrap();
+    let hooked = pay_load(http, seeded, clients, secs).await;
+    table.add(
+        "POST /v1/payments (one payer, one webhook)",
+        hooked,
+        "POST /v1/payments (one payer)",
+        Some(pay_rate),
+    );
+}
+
+async fn pay_load(
+    http: &reqwest::Client,
+    seeded: &Seeded,
+    clients: u64,
+    secs: Duration,
+) -> Measured {
+    let (h, token) = (http.clone(), Arc::new(seeded.token.clone()));
+    let pay_url = Arc::new(format!("{}/v1/payments", seeded.origin));
+    let body = Arc::new(format!(
+        r#"{{"user_id":"{}","amount":"0.01","note":"bench"}}"#,
+        seeded.payee
+    ));
+    load(clients, secs, move |_| {
+        let (h, token, url, body) = (h.clone(), token.clone(), pay_url.clone(), body.clone());
+        async move {
+            h.post(url.as_str())
+                .bearer_auth(token.as_str())
+                .header("content-type", "application/json")
+                .body(body.to_string())
+                .send()
+                .await
+                .is_ok_and(|r| r.status().is_success())
+        }
+    })
+    .await
+}
+
+async fn start_tally(url: &DatabaseUrl) -> (String, Arc<dyn Store>) {
+    let settings = bench_settings(url);
     let store = startup::open_store(&settings).await.unwrap();
     let app = Application::build(settings, store.clone()).await.unwrap();
     let origin = app.public_origin().to_owned();
@@ -920,12 +1006,22 @@ async fn main() {
     let (_, store) = start_tally(&url).await;
     let http = reqwest::Client::new();
     let mut table = Table { rows: Vec::new() };
+    let only = std::env::args().skip(1).find(|a| !a.starts_with('-'));
+    let wants = |name: &str| only.as_deref().is_none_or(|words| name.contains(words));
 
     println!("baselines");
-    let pk_url = start_pk_baseline(&url, &seeded.payer).await;
-    let pk = load_get(&http, &pk_url, "-", clients, secs).await;
-    let pk_rate = pk.rate;
-    table.add("actix + sqlx, one read by primary key", pk, "-", None);
+    let pk_rate = if ["GET /healthz", "GET /v1/me", "POST /v1/oauth/introspect"]
+        .into_iter()
+        .any(wants)
+    {
+        let pk_url = start_pk_baseline(&url, &seeded.payer).await;
+        let pk = load_get(&http, &pk_url, "-", clients, secs).await;
+        let pk_rate = pk.rate;
+        table.add("actix + sqlx, one read by primary key", pk, "-", None);
+        pk_rate
+    } else {
+        0.0
+    };
     let transfer_url = match &url {
         DatabaseUrl::Sqlite(_) => {
             DatabaseUrl::Sqlite(format!("sqlite://{}/transfer.db", dir.path().display()))
@@ -949,6 +1045,25 @@ async fn main() {
 
     println!("Tally");
     let o = &seeded.origin;
+    if only.is_some() {
+        if wants("POST /v1/payments (one payer)") {
+            pay_rows(
+                &http,
+                &url,
+                &seeded,
+                store.as_ref(),
+                &mut table,
+                (&money_base, money_rate),
+                clients,
+                secs,
+            )
+            .await;
+        }
+        table.print(&format!(
+            "Hot paths on {backend} (ratio = Tally / baseline, same process)"
+        ));
+        return;
+    }
     let health = load_get(&http, &format!("{o}/healthz"), "-", clients, secs).await;
     table.add(
         "GET /healthz",
@@ -995,31 +1110,17 @@ async fn main() {
         Some(pk_rate),
     );
 
-    let (h, token) = (http.clone(), Arc::new(seeded.token.clone()));
-    let pay_url = Arc::new(format!("{o}/v1/payments"));
-    let body = Arc::new(format!(
-        r#"{{"user_id":"{}","amount":"0.01","note":"bench"}}"#,
-        seeded.payee
-    ));
-    let pay = load(clients, secs, move |_| {
-        let (h, token, url, body) = (h.clone(), token.clone(), pay_url.clone(), body.clone());
-        async move {
-            h.post(url.as_str())
-                .bearer_auth(token.as_str())
-                .header("content-type", "application/json")
-                .body(body.to_string())
-                .send()
-                .await
-                .is_ok_and(|r| r.status().is_success())
-        }
-    })
+    pay_rows(
+        &http,
+        &url,
+        &seeded,
+        store.as_ref(),
+        &mut table,
+        (&money_base, money_rate),
+        clients,
+        secs,
+    )
     .await;
-    table.add(
-        "POST /v1/payments (one payer)",
-        pay,
-        &money_base,
-        Some(money_rate),
-    );
 
     let mut chains = Vec::new();
     for _ in 0..clients {

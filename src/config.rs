@@ -91,6 +91,10 @@ pub struct Settings {
     /// How long a second factor used in a session vouches for its sensitive
     /// actions (`TALLY_STEP_UP_WINDOW`, default 5m).
     pub step_up_window: Duration,
+    /// Webhook endpoints may use `http` and resolve to loopback or private
+    /// addresses (`TALLY_WEBHOOK_ALLOW_PRIVATE`; local development and tests
+    /// only, SPEC §12).
+    pub webhook_allow_private: bool,
     /// How long a request's body may take to arrive after its headers:
     /// always `BODY_DEADLINE` (no variable sets it); tests shorten it.
     #[doc(hidden)]
@@ -281,6 +285,21 @@ impl Settings {
                 )
             })?;
         let step_up_window = duration(&get, "TALLY_STEP_UP_WINDOW", "5m")?;
+        let webhook_allow_private = match get("TALLY_WEBHOOK_ALLOW_PRIVATE")
+            .unwrap_or_else(|| "false".to_owned())
+            .trim()
+            .to_ascii_lowercase()
+            .as_str()
+        {
+            "false" | "" => false,
+            "true" => true,
+            other => {
+                return Err(bad(
+                    "TALLY_WEBHOOK_ALLOW_PRIVATE",
+                    format!("'{other}' is neither 'true' nor 'false'"),
+                ))
+            }
+        };
 
         Ok(Self {
             database_url,
@@ -301,6 +320,7 @@ impl Settings {
             smtp,
             step_up_amount_cents,
             step_up_window,
+            webhook_allow_private,
             body_deadline: BODY_DEADLINE,
         })
     }

@@ -22,4 +22,5 @@ pub mod store;
 pub mod telemetry;
 pub mod verification;
 pub mod web;
+pub mod webhooks;
 pub mod workers;

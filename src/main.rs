@@ -112,6 +112,64 @@ enum AppCommand {
     Unsuspend { client_id: String },
     /// Change an app's settings (only those named; at least one).
     Set(AppSet),
+    /// Manage an app's webhook endpoints.
+    #[command(subcommand)]
+    Webhook(WebhookCommand),
+}
+
+#[derive(Subcommand)]
+enum WebhookCommand {
+    /// Add an endpoint; prints its signing secret (shown once).
+    Add {
+        client_id: String,
+        url: String,
+        /// The events it wants, comma-separated (by default every one).
+        #[arg(long)]
+        events: Option<String>,
+    },
+    /// List the app's endpoints and their recent deliveries (never a secret).
+    List { client_id: String },
+    /// Give an endpoint a new secret; the old one signs beside it for 24 hours.
+    Rotate {
+        client_id: String,
+        endpoint_id: String,
+    },
+    /// Delete an endpoint.
+    Remove {
+        client_id: String,
+        endpoint_id: String,
+    },
+}
+
+impl From<WebhookCommand> for tally::admin::WebhookCommand {
+    fn from(command: WebhookCommand) -> Self {
+        match command {
+            WebhookCommand::Add {
+                client_id,
+                url,
+                events,
+            } => Self::Add {
+                client_id,
+                url,
+                events,
+            },
+            WebhookCommand::List { client_id } => Self::List(client_id),
+            WebhookCommand::Rotate {
+                client_id,
+                endpoint_id,
+            } => Self::Rotate {
+                client_id,
+                endpoint_id,
+            },
+            WebhookCommand::Remove {
+                client_id,
+                endpoint_id,
+            } => Self::Remove {
+                client_id,
+                endpoint_id,
+            },
+        }
+    }
 }
 
 #[derive(Args)]
@@ -169,6 +227,7 @@ impl From<AdminCommand> for Admin {
                 Admin::AppUnsuspend(client_id)
             }
             AdminCommand::App(AppCommand::Set(set)) => Admin::AppSet(set.into()),
+            AdminCommand::App(AppCommand::Webhook(command)) => Admin::Webhook(command.into()),
             AdminCommand::Deposit { username, amount } => Admin::Deposit { username, amount },
             AdminCommand::Friend(FriendCommand::Add { first, second }) => {
                 Admin::FriendAdd(first, second)

@@ -129,7 +129,6 @@ impl Application {
         let secure_cookies = public_origin.starts_with("https://");
         let signing_keys = crate::oauth::keys::KeyRing::new(&secret_key)?;
         let passkeys = crate::auth::passkeys::Passkeys::new(&public_origin)?;
-        let workers = workers::spawn(store.clone(), (&settings).into());
         let mailer = Mailer::from_settings(&settings)?;
         let hasher = {
             let threads = PasswordHasher::threads_for_this_machine();
@@ -138,6 +137,13 @@ impl Application {
                 .unwrap_or(threads * crate::auth::password::QUEUE_PER_THREAD);
             PasswordHasher::with_queue(threads, queue)
         };
+        let deliverer = crate::webhooks::delivery::Deliverer::new(
+            store.clone(),
+            secret_key.clone(),
+            settings.webhook_allow_private,
+            hasher.api_load(),
+        )?;
+        let workers = workers::spawn(store.clone(), (&settings).into(), deliverer);
         hasher
             .register_metrics(&metrics.registry)
             .map_err(|e| anyhow::anyhow!("cannot set up metrics: {e}"))?;

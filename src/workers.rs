@@ -28,10 +28,19 @@ pub const TOKEN_RETENTION: Duration = Duration::from_secs(30 * 24 * 3600);
 /// Verification links are kept a day after they expire.
 pub const LINK_RETENTION: Duration = Duration::from_secs(24 * 3600);
 
-/// Starts the payment and retention workers on the current runtime.
-pub fn spawn(store: Arc<dyn Store>, timing: Timing) -> JoinHandle<()> {
+/// Starts the payment, retention and webhook delivery workers on the
+/// current runtime.
+pub fn spawn(
+    store: Arc<dyn Store>,
+    timing: Timing,
+    webhooks: crate::webhooks::delivery::Deliverer,
+) -> JoinHandle<()> {
     tokio::spawn(async move {
-        tokio::join!(payments(store.clone(), timing), retention(store));
+        tokio::join!(
+            payments(store.clone(), timing),
+            retention(store),
+            webhooks.run()
+        );
     })
 }
 
@@ -91,6 +100,7 @@ pub async fn purge(store: &dyn Store, now: i64) -> Result<u64, StoreError> {
             ended_sessions_before: now,
             verification_links_before: before(LINK_RETENTION),
             reveals_before: before(crate::web::reveal::REVEAL_TTL),
+            webhooks_before: before(crate::webhooks::RETENTION),
             verification_sends_before: before(crate::verification::SEND_WINDOW),
         })
         .await

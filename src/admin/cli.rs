@@ -43,6 +43,8 @@ pub enum Command {
         publish_ahead: Option<String>,
     },
     KeysList,
+    /// `app webhook add|list|rotate|remove`.
+    Webhook(super::WebhookCommand),
 }
 
 /// Runs `command` against the configured database and prints its answer.
@@ -136,6 +138,7 @@ pub async fn run(settings: &Settings, json: bool, command: Command) -> ExitCode 
                     .join("\n")
             })
         }
+        Command::Webhook(command) => webhook(json, settings, store, command).await,
         Command::KeysList => report(json, super::keys_list(store).await, |l| {
             l.keys
                 .iter()
@@ -148,6 +151,91 @@ pub async fn run(settings: &Settings, json: bool, command: Command) -> ExitCode 
                 .collect::<Vec<_>>()
                 .join("\n")
         }),
+    }
+}
+
+async fn webhook(
+    json: bool,
+    settings: &Settings,
+    store: &dyn Store,
+    command: super::WebhookCommand,
+) -> ExitCode {
+    use super::WebhookCommand;
+    match command {
+        WebhookCommand::Add {
+            client_id,
+            url,
+            events,
+        } => {
+            let added = match startup::resolve_secret_key(settings, store).await {
+                Ok(secret) => {
+                    super::webhook_add(
+                        store,
+                        &secret,
+                        settings.webhook_allow_private,
+                        &client_id,
+                        &url,
+                        events.as_deref(),
+                    )
+                    .await
+                }
+                Err(e) => Err(AdminError::Unexpected(e)),
+            };
+            report(json, added, |a| {
+                use secrecy::ExposeSecret;
+                format!(
+                    "endpoint {} for {} ({})\nsecret: {}  (shown once)",
+                    a.id,
+                    a.url,
+                    a.events.join(","),
+                    a.secret.expose_secret()
+                )
+            })
+        }
+        WebhookCommand::List(client_id) => {
+            report(json, super::webhook_list(store, &client_id).await, |l| {
+                l.endpoints
+                    .iter()
+                    .map(|e| {
+                        format!(
+                            "{} {} enabled={} events={} deliveries={}",
+                            e.id,
+                            e.url,
+                            e.enabled,
+                            e.events.join(","),
+                            e.deliveries.len()
+                        )
+                    })
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            })
+        }
+        WebhookCommand::Rotate {
+            client_id,
+            endpoint_id,
+        } => {
+            let rotated = match startup::resolve_secret_key(settings, store).await {
+                Ok(secret) => super::webhook_rotate(store, &secret, &client_id, &endpoint_id).await,
+                Err(e) => Err(AdminError::Unexpected(e)),
+            };
+            report(json, rotated, |r| {
+                use secrecy::ExposeSecret;
+                format!(
+                    "new secret of {}: {}  (shown once; the previous one signs too until {})",
+                    r.id,
+                    r.secret.expose_secret(),
+                    r.previous_signs_until
+                )
+            })
+        }
+        WebhookCommand::Remove {
+            client_id,
+            endpoint_id,
+        } => report(
+            json,
+            super::webhook_remove(store, &client_id, &endpoint_id).await,
+            |r| format!("removed endpoint {}", r.id),
+        ),
     }
 }
 

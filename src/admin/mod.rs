@@ -4,6 +4,8 @@
 pub mod cli;
 mod keys;
 mod operations;
+mod webhooks;
 
 pub use keys::*;
 pub use operations::*;
+pub use webhooks::*;

@@ -148,6 +148,7 @@ pub async fn create(
         note: parse_note(&params)?,
         audience: parse_audience(&params)?,
         medium: Medium::Api,
+        origin: principal.client_id.clone(),
     };
     let made = rules::create(
         state.store.as_ref(),

@@ -303,6 +303,24 @@ impl ApiActivity {
     }
 }
 
+/// The real API requests in flight in this process (see
+/// [`PasswordHasher::api_request`]), whichever instance answers them, as
+/// other work that makes way for the API reads them. One process is one
+/// instance in production; where one process runs several (the bench, the
+/// tests), they share the cores, and make way together.
+#[derive(Clone)]
+pub struct ApiLoad(());
+
+/// [`ApiLoad`]'s count.
+static PROCESS_API_IN_FLIGHT: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
+
+impl ApiLoad {
+    /// How many real API requests are in flight in this process now.
+    pub fn in_flight(&self) -> i64 {
+        PROCESS_API_IN_FLIGHT.load(Ordering::Relaxed)
+    }
+}
+
 /// How long after its last real request the API counts as quiet.
 const API_QUIET_AFTER: Duration = Duration::from_millis(50);
 
@@ -319,6 +337,7 @@ impl Drop for ApiRequest {
             Ordering::Relaxed,
         );
         activity.in_flight.dec();
+        PROCESS_API_IN_FLIGHT.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -445,7 +464,14 @@ impl PasswordHasher {
     /// rest between hashes.
     pub fn api_request(&self) -> ApiRequest {
         self.api.in_flight.inc();
+        PROCESS_API_IN_FLIGHT.fetch_add(1, Ordering::Relaxed);
         ApiRequest(self.api.clone())
+    }
+
+    /// The real API requests in flight, for other work that makes way for
+    /// the API (the webhook delivery worker).
+    pub fn api_load(&self) -> ApiLoad {
+        ApiLoad(())
     }
 
     /// Jobs dropped unhashed so far because their requester had gone.

@@ -3,6 +3,7 @@
 
 mod amount;
 mod contact;
+mod event;
 mod ids;
 mod movement;
 mod payment;
@@ -17,6 +18,7 @@ mod properties;
 
 pub use amount::{Amount, AmountError, Money};
 pub use contact::{Email, EmailError, Phone, PhoneError};
+pub use event::{EventFilter, EventType, UnknownEvent, TEST_EVENT};
 pub use ids::new_id;
 pub use movement::{
     accounts, is_returned, net_flow, EntryKind, Move, Movement, Parties, Party, Step,

@@ -49,6 +49,9 @@ pub struct PaymentRequest {
     pub note: Note,
     pub audience: Audience,
     pub medium: Medium,
+    /// The app whose token made it (none from the pages or a personal
+    /// token): the payment's webhook events reach that app (SPEC §12).
+    pub origin: Option<String>,
 }
 
 impl PaymentRequest {
@@ -190,6 +193,7 @@ pub async fn create(
         payment,
         idempotency,
         check_target: named_target.is_some(),
+        origin: request.origin.clone(),
     };
     match store.insert_payment(&insert).await? {
         InsertOutcome::Created {

@@ -18,6 +18,7 @@ mod sqlite;
 mod traits;
 pub(crate) mod user_reads;
 mod verification;
+pub(crate) mod webhooks;
 
 pub use crate::domain::{accounts, EntryKind, Move, Movement};
 pub use device::{
@@ -46,6 +47,9 @@ pub use traits::{
     AccountStore, Claimant, DeviceStore, OAuthStore, PaymentStore, Store, UserKey, UserStore,
 };
 pub use verification::{Channel, NewVerification, SendCount, SendLimits};
+pub use webhooks::{
+    AttemptOutcome, AttemptRow, ClaimedDelivery, EndpointRow, NewEndpoint, WebhookStore,
+};
 
 use crate::config::DatabaseUrl;
 use std::sync::Arc;

@@ -176,6 +176,9 @@ pub struct Retention {
     pub verification_links_before: i64,
     /// Unshown secrets kept since before this.
     pub reveals_before: i64,
+    /// Webhook events (delivered or failed) that happened before this, and
+    /// attempts made before it.
+    pub webhooks_before: i64,
     /// Verification sends made before this.
     pub verification_sends_before: i64,
 }

@@ -202,9 +202,10 @@ pub(crate) const PG_HOLDS_SQL: &str = concat!(
 
 /// The argument of `pay_batch`: one JSON object per pay, its payment row's
 /// columns named as in [`PAYMENT_ROW`], then its hold (`hold_id`,
-/// `hold_account`, `hold_kind`), `check_target` and `settle_id` (the movement
+/// `hold_account`, `hold_kind`), `check_target`, `settle_id` (the movement
 /// id of its settlement when it is to settle at once,
-/// `PaymentInsert::settle_at_once`; else null).
+/// `PaymentInsert::settle_at_once`; else null) and `origin` (the app whose
+/// token made it, for its webhook events; else null).
 pub(crate) fn pay_batch_json<'a>(pays: impl Iterator<Item = &'a PaymentInsert>) -> String {
     use serde_json::Value;
     let pays: Vec<Value> = pays
@@ -225,6 +226,7 @@ pub(crate) fn pay_batch_json<'a>(pays: impl Iterator<Item = &'a PaymentInsert>) 
             pay.insert("hold_kind".into(), hold.map(|h| h.kind.as_str()).into());
             pay.insert("check_target".into(), insert.check_target.into());
             pay.insert("settle_id".into(), insert.settle_at_once.clone().into());
+            pay.insert("origin".into(), insert.origin.clone().into());
             Value::Object(pay)
         })
         .collect();
@@ -462,6 +464,8 @@ pub struct PaymentInsert {
     /// (PostgreSQL's pay batches do); otherwise the pay stays pending and the
     /// workers settle it at their next round, as any due pay.
     pub settle_at_once: Option<String>,
+    /// The app whose token made it (SPEC §12: its events reach that app).
+    pub origin: Option<String>,
 }
 
 impl PaymentInsert {

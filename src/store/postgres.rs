@@ -167,11 +167,27 @@ impl queries::Backend for PgStore {
         if let Batched::Recorded(recorded) = self.pays.pay(insert).await? {
             return Ok(recorded);
         }
-        let statements = Self::payment_statements(insert)?;
-        let rows = self
-            .write_batch(move |conn| Box::pin(statements.fetch_all(conn)))
+        // Alone (a charge, or a pay a batch handed back): the payment's
+        // statement and its `payment.created` event in one transaction.
+        let mut tx = self.write().await?;
+        let recorded = Self::record_payment(&mut tx, insert).await?;
+        if let super::payments::Recorded::Written {
+            actor_balance_cents: Some(_),
+            ..
+        } = recorded
+        {
+            let p = &insert.payment;
+            Self::payment_events(
+                &mut tx,
+                &p.id,
+                crate::domain::EventType::PaymentCreated,
+                p.date_created,
+                insert.origin.as_deref(),
+            )
             .await?;
-        Self::recorded(insert, &rows)
+        }
+        tx.commit().await?;
+        Ok(recorded)
     }
 
     fn user_reads(&self) -> &Arc<UserReads> {
@@ -254,6 +270,10 @@ const KEY_LOCK: &str = "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))";
 /// `users_named_like`, whose one plan (see its file) reads each entry's user
 /// by primary key.
 const USERS_NAMED_LIKE: &str = "SELECT * FROM users_named_like($1, $6, $7)";
+
+/// A payment event's deliveries, written in the change's transaction: the
+/// database function `payment_events` (`PAYMENT_EVENT_SQL` over arrays).
+const PAYMENT_EVENTS_SQL: &str = "SELECT payment_events(ARRAY[$1]::text[], $2, ARRAY[$3]::int8[])";
 
 /// A new payment's movement, one statement (see payments.rs).
 const HOLD_SQL: &str = super::payments::PG_HOLD_SQL;

@@ -12,7 +12,9 @@ mod audit;
 mod group;
 mod group_writes;
 mod writer;
-use group::{GroupWrite, GroupWriter};
+#[cfg(test)]
+use group::GroupWrite;
+use group::GroupWriter;
 use writer::{
     page_limit, DatabaseFile, WalRestart, WriterHealth, WAL_RESTART_PAGES,
     WRITER_AUTOCHECKPOINT_PAGES,
@@ -274,9 +276,10 @@ impl queries::Backend for SqliteStore {
         &self,
         insert: &crate::store::PaymentInsert,
     ) -> Result<crate::store::payments::Recorded, StoreError> {
-        let write = GroupWrite::statements(
+        let write = group_writes::payment(
             Self::payment_sql(insert),
             group_writes::payment_params(insert)?,
+            insert,
         );
         let rows = self.group_writer.write(write).await?;
         group_writes::recorded(insert, &rows)
@@ -544,6 +547,9 @@ const SKIP_LOCKED: &str = "";
 /// …and needs no lock on a key either (the statement only keeps the shape).
 const KEY_LOCK: &str = "SELECT $1";
 
+/// A payment event's deliveries, written in the change's transaction.
+const PAYMENT_EVENTS_SQL: &str = super::webhooks::PAYMENT_EVENT_SQL;
+
 /// A new payment's statements, sent to the writer at once (see payments.rs).
 const HOLD_SQL: &str = super::payments::SQLITE_HOLD_SQL;
 const CHARGE_SQL: &str = super::payments::SQLITE_CHARGE_SQL;
@@ -747,6 +753,45 @@ mod tests {
                 "{statement}\nis not in\n{function}"
             );
         }
+    }
+
+    /// A payment event's deliveries are written alike on both: SQLite's
+    /// statement for one payment (`PAYMENT_EVENT_SQL`) and PostgreSQL's
+    /// function over arrays (`payment_events`, which reads the links as a
+    /// LATERAL union where SQLite has `EXISTS`) name the same columns, the
+    /// same endpoints and the same links.
+    #[test]
+    fn the_payment_event_statement_is_that_of_postgresqls_function() -> anyhow::Result<()> {
+        let words = |text: &str| text.split_whitespace().collect::<Vec<_>>().join(" ");
+        let sqlite = words(&PAYMENT_EVENTS_SQL.replace("$2", "event_type"));
+        let function = words(include_str!(
+            "../../sql/postgres/functions/payment_events.sql"
+        ));
+        let at = |needle: &str| {
+            sqlite
+                .find(needle)
+                .ok_or_else(|| anyhow::anyhow!("{needle} is not in {sqlite}"))
+        };
+        let columns = &sqlite[..at(" SELECT ")?];
+        let endpoints = &sqlite[at("e.disabled_at IS NULL")?..at(" WHERE p.id = $1")?];
+        let grant = &sqlite[at("g.revoked_at IS NULL")?..at("%')) OR EXISTS")? + 3];
+        for part in [
+            columns,
+            endpoints,
+            "o.payment_id = p.id",
+            "g.user_id IN (p.actor_id, p.target_user_id)",
+            grant,
+        ] {
+            assert!(function.contains(part), "{part}\nis not in\n{function}");
+        }
+        for link in [
+            "o.client_id = e.client_id",
+            "g.user_id = p.actor_id AND g.client_id = e.client_id",
+            "g.user_id = p.target_user_id AND g.client_id = e.client_id",
+        ] {
+            assert!(sqlite.contains(link), "{link}\nis not in\n{sqlite}");
+        }
+        Ok(())
     }
 
     /// A store on a fresh, migrated database file in a directory of its own

@@ -12,7 +12,7 @@ use super::{
     User, UserFlags, UserSearch,
 };
 use super::{DeviceDecide, DevicePoll, NewDeviceCode, NewOidcGrant, PendingDeviceCode};
-use super::{FactorStore, OidcStore};
+use super::{FactorStore, OidcStore, WebhookStore};
 use async_trait::async_trait;
 
 /// How a user is looked up.
@@ -43,6 +43,7 @@ pub trait Store:
     + DeviceStore
     + FactorStore
     + PaymentStore
+    + WebhookStore
     + Send
     + Sync
     + 'static

@@ -18,6 +18,7 @@ pub mod session;
 pub mod signin;
 pub mod signup;
 pub mod view;
+pub mod webhooks;
 
 pub use view::{page, secure, see_other, ErrorPage, HeadRequest, PageError};
 
@@ -91,6 +92,12 @@ fn page_routes(cfg: &mut web::ServiceConfig) {
         post "/developer/apps/{client_id}" => developer::update_app,
         post "/developer/apps/{client_id}/secret" => developer::rotate_secret,
         post "/developer/apps/{client_id}/id-token-alg" => developer::set_id_token_alg,
+        get "/developer/apps/{client_id}/webhooks" => webhooks::show,
+        post "/developer/apps/{client_id}/webhooks" => webhooks::add,
+        post "/developer/apps/{client_id}/webhooks/rotate" => webhooks::rotate,
+        post "/developer/apps/{client_id}/webhooks/remove" => webhooks::remove,
+        post "/developer/apps/{client_id}/webhooks/test" => webhooks::test,
+        post "/developer/apps/{client_id}/webhooks/resend" => webhooks::resend,
         post "/developer/token" => developer::personal_token,
         get "/demo/callback" => demo::callback,
         get "/device" => device::show,

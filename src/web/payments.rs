@@ -180,6 +180,7 @@ pub async fn send(
         note,
         audience,
         medium: Medium::Web,
+        origin: None,
     };
     let delay = state.settings.settlement_delay;
     let made = rules::create(store, &user, payment, None, delay, now_micros()).await;

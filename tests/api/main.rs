@@ -8,6 +8,7 @@ mod fixtures;
 mod helpers;
 mod mail_sink;
 mod oauth_fixture;
+mod webhook_receiver;
 
 mod abuse_limits;
 mod cli;
@@ -39,3 +40,4 @@ mod secret_key;
 mod signin_load;
 mod store_conformance;
 mod users_api;
+mod webhooks;

@@ -1164,6 +1164,7 @@ async fn paging_through_120_payments_with_one_timestamp_returns_each_once(backen
                 idempotency: None,
                 check_target: false,
                 settle_at_once: None,
+                origin: None,
             })
             .await
             .unwrap();

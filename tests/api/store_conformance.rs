@@ -1242,6 +1242,7 @@ async fn pays_made_at_once_each_move_their_own_money_or_none(backend: Backend) {
             note: tally::domain::Note::parse("at once").unwrap(),
             audience: tally::domain::Audience::Private,
             medium: tally::domain::Medium::Api,
+            origin: None,
         };
         ledger::payments::create(store.as_ref(), actor, request, None, LATER, now_micros())
     }))
@@ -1388,6 +1389,7 @@ async fn a_pay_that_fails_its_batch_fails_alone(backend: Backend) {
                 idempotency: None,
                 check_target: true,
                 settle_at_once: None,
+                origin: None,
             }
         })
         .collect();
@@ -1441,6 +1443,7 @@ async fn every_way_a_payment_settles_writes_the_ledger_rows_the_audit_expects(ba
         note: tally::domain::Note::parse("x").unwrap(),
         audience: tally::domain::Audience::Private,
         medium: tally::domain::Medium::Api,
+        origin: None,
     };
     let due_now = std::time::Duration::ZERO;
     let at_once = ledger::payments::create(
@@ -1636,6 +1639,7 @@ async fn every_settlement_writes_the_moves_of_the_ledgers_rule(backend: Backend)
         note: tally::domain::Note::parse("x").unwrap(),
         audience: tally::domain::Audience::Private,
         medium: tally::domain::Medium::Api,
+        origin: None,
     };
     let at_once = ledger::payments::create(
         store.as_ref(),
@@ -1799,6 +1803,7 @@ async fn try_pay_four(
         note: tally::domain::Note::parse("x").unwrap(),
         audience: tally::domain::Audience::Private,
         medium: tally::domain::Medium::Api,
+        origin: None,
     };
     ledger::payments::create(store, actor, request, None, LATER, now_micros()).await
 }

@@ -5,8 +5,8 @@
 -- writes nothing and leaves the others in. `pays` is a JSON array with one
 -- object per pay: its payment row's columns by name (`PAYMENT_ROW` in
 -- `store/payments.rs` writes them), its hold (`hold_id`, the movement;
--- `hold_account`, the account it credits; `hold_kind`), `check_target`, and
--- `settle_id`.
+-- `hold_account`, the account it credits; `hold_kind`), `check_target`,
+-- `settle_id`, and `origin` (the app whose token made it, or null).
 --
 -- `settle_id` is, for a pay due for settlement the moment it is made (a pay
 -- to an account under a settlement delay of 0), the movement id of its
@@ -24,6 +24,13 @@
 -- statement may not update a row twice. Party rows are inserted plainly: the
 -- pay's id is new and its actor is never its target.
 --
+-- Each pay written gets its `payment.created` event (`payment_events`), in
+-- a statement after the pays so that it reads them, and before the
+-- settlements so that a pay settled at once has both; the app it was made
+-- through is kept first (`payment_origins`) when that app has an endpoint.
+-- While no endpoint exists (one read of an index per batch), neither is
+-- written: no endpoint would get them.
+--
 -- One row per pay: its id and its actor's balance after it (NULL when nothing
 -- was written).
 CREATE OR REPLACE FUNCTION pay_batch(pays JSONB)
@@ -40,6 +47,8 @@ DECLARE
     settling_amounts BIGINT[];
     settlements TEXT[];
     settling_ats BIGINT[];
+    written TEXT[];
+    written_ats BIGINT[];
 BEGIN
     SELECT array_agg(s.actor_id),
            coalesce(array_agg(s.target_user_id)
@@ -93,11 +102,26 @@ BEGIN
            array_agg(p.target_user_id) FILTER (WHERE w.settles),
            array_agg(p.amount_cents) FILTER (WHERE w.settles),
            array_agg(p.settle_id) FILTER (WHERE w.settles),
-           array_agg(p.date_created) FILTER (WHERE w.settles)
+           array_agg(p.date_created) FILTER (WHERE w.settles),
+           array_agg(p.id) FILTER (WHERE debit.id IS NOT NULL),
+           array_agg(p.date_created) FILTER (WHERE debit.id IS NOT NULL)
     INTO answered, balances, settling, settling_targets, settling_amounts, settlements,
-         settling_ats
+         settling_ats, written, written_ats
     FROM p LEFT JOIN debit USING (id)
     CROSS JOIN LATERAL (SELECT p.settles AND debit.id IS NOT NULL) AS w (settles);
+    IF written IS NOT NULL THEN
+        -- After an endpoint's addition, which takes this lock alone: see
+        -- `payment_events`.
+        PERFORM pg_advisory_xact_lock_shared(hashtextextended('webhook endpoints', 0));
+    END IF;
+    IF written IS NOT NULL
+       AND EXISTS (SELECT 1 FROM webhook_endpoints WHERE disabled_at IS NULL) THEN
+        INSERT INTO payment_origins (payment_id, client_id)
+        SELECT o.id, o.origin FROM jsonb_to_recordset(pays) AS o (id TEXT, origin TEXT)
+        WHERE o.origin IS NOT NULL AND o.id = ANY (written)
+          AND EXISTS (SELECT 1 FROM webhook_endpoints e WHERE e.client_id = o.origin);
+        PERFORM payment_events(written, 'payment.created', written_ats);
+    END IF;
     IF settling IS NOT NULL THEN
         PERFORM settle_pays(settling, settling_targets, settling_amounts, settlements,
                             settling_ats, true);

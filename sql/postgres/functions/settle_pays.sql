@@ -8,7 +8,9 @@
 -- settles) that is a pending pay becomes settled, completed at that time; its
 -- settlement is one movement, two `settle` entries at that time: its amount
 -- out of `@held`, into its target; and each target's balance is credited once,
--- with the sum of its pays. One row per pay settled: its id.
+-- with the sum of its pays; each pay's `payment.settled` event is written
+-- (`payment_events`; not even called while no endpoint exists). One row per
+-- pay settled: its id.
 --
 -- `written_settled`: the caller has just inserted the pays' rows already
 -- settled (`pay_batch`: a pay due at once is written settled, completed at
@@ -24,8 +26,10 @@ CREATE OR REPLACE FUNCTION settle_pays(
     written_settled BOOLEAN
 ) RETURNS SETOF TEXT
 LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    done TEXT[];
+    done_ats BIGINT[];
 BEGIN
-    RETURN QUERY
     WITH given AS (
         SELECT * FROM unnest(ids, targets, amounts, movement_ids, settled_ats)
             AS g (id, target_user_id, amount_cents, movement_id, settled_at)),
@@ -50,6 +54,17 @@ BEGIN
         CROSS JOIN LATERAL (VALUES ('@held', -settled.amount_cents),
                                    (settled.target_user_id, settled.amount_cents))
             AS e (account, cents))
-    SELECT settled.id FROM settled;
+    SELECT array_agg(settled.id), array_agg(settled.settled_at) INTO done, done_ats
+    FROM settled;
+    IF done IS NOT NULL THEN
+        -- After an endpoint's addition, which takes this lock alone: see
+        -- `payment_events`.
+        PERFORM pg_advisory_xact_lock_shared(hashtextextended('webhook endpoints', 0));
+    END IF;
+    IF done IS NOT NULL
+       AND EXISTS (SELECT 1 FROM webhook_endpoints WHERE disabled_at IS NULL) THEN
+        PERFORM payment_events(done, 'payment.settled', done_ats);
+    END IF;
+    RETURN QUERY SELECT unnest(done);
 END
 $$;

@@ -38,6 +38,10 @@ pub(super) const FUNCTIONS: &[(&str, &str)] = &[
         include_str!("../../../sql/postgres/functions/users_named_like.sql"),
     ),
     (
+        "payment_events",
+        include_str!("../../../sql/postgres/functions/payment_events.sql"),
+    ),
+    (
         "settle_pays",
         include_str!("../../../sql/postgres/functions/settle_pays.sql"),
     ),

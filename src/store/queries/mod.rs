@@ -9,7 +9,8 @@
 //! `NAME`, and its dialect: the constants `SKIP_LOCKED` and `KEY_LOCK`, the
 //! new-payment statements `HOLD_SQL` and `CHARGE_SQL` and, for a target
 //! account named by id, `TO_ACCOUNT_SQL`, and user search's walk of a
-//! trigram's index entries, `USERS_NAMED_LIKE`), and the `Backend` trait:
+//! trigram's index entries, `USERS_NAMED_LIKE`, and the statement that writes
+//! a payment event's deliveries, `PAYMENT_EVENTS_SQL`), and the `Backend` trait:
 //! its connections and its hot operations, each written once in
 //! `sqlite.rs` or `postgres.rs`. Only what both backends run is here. The
 //! files below take what they need from this module by name.
@@ -21,10 +22,11 @@ mod oauth;
 mod oidc;
 mod payments;
 mod users;
+mod webhooks;
 
 use super::{
-    Db, ThisStore, CHARGE_SQL, HOLD_SQL, KEY_LOCK, NAME, SKIP_LOCKED, TO_ACCOUNT_SQL,
-    USERS_NAMED_LIKE,
+    Db, ThisStore, CHARGE_SQL, HOLD_SQL, KEY_LOCK, NAME, PAYMENT_EVENTS_SQL, SKIP_LOCKED,
+    TO_ACCOUNT_SQL, USERS_NAMED_LIKE,
 };
 use crate::store::pool::{Lease, RevocationEpoch};
 use crate::store::{Store, StoreError};
@@ -313,7 +315,16 @@ impl Store for ThisStore {
     async fn purge(&self, r: &crate::store::Retention) -> Result<u64, StoreError> {
         // Nothing references codes, tokens or the other rows deleted
         // here (grants stay, and payments do not point at their keys).
-        let statements: [(&str, i64); 12] = [
+        let statements: [(&str, i64); 14] = [
+            // Events delivered (or failed for good) and their attempts.
+            (
+                "DELETE FROM webhook_deliveries WHERE occurred_at < $1 AND state <> 'pending'",
+                r.webhooks_before,
+            ),
+            (
+                "DELETE FROM webhook_attempts WHERE at < $1",
+                r.webhooks_before,
+            ),
             (
                 "DELETE FROM oauth_codes WHERE expires_at < $1",
                 r.codes_before,

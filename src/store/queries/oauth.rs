@@ -253,6 +253,9 @@ impl OAuthStore for ThisStore {
         .execute(&mut *tx)
         .await?
         .rows_affected();
+        if grants > 0 {
+            Self::grant_revoked_event(&mut tx, user_id, client_id, now).await?;
+        }
         self.commit_revoking(tx, tokens + grants > 0).await?;
         Ok(consents + grants > 0)
     }

@@ -149,7 +149,7 @@ impl ThisStore {
 
     /// Writes a new payment inside the caller's transaction; see
     /// [`Self::payment_statements`].
-    async fn record_payment(
+    pub(crate) async fn record_payment(
         tx: &mut sqlx::Transaction<'static, Db>,
         insert: &crate::store::PaymentInsert,
     ) -> Result<Recorded, StoreError> {
@@ -298,6 +298,14 @@ impl PaymentStore for ThisStore {
             tx.rollback().await?;
             return Ok(outcome(recorded));
         };
+        Self::payment_events(
+            &mut tx,
+            &p.id,
+            crate::domain::EventType::PaymentCreated,
+            p.date_created,
+            insert.origin.as_deref(),
+        )
+        .await?;
         sqlx::query(
             "UPDATE idempotency_keys SET payment_id = $3, balance_cents = $4 \
              WHERE owner_id = $1 AND key = $2",
@@ -386,6 +394,10 @@ impl PaymentStore for ThisStore {
                 m,
             )
             .await?;
+        }
+        // The event, in the change's transaction: committed with it or not at all.
+        if let Some(kind) = crate::domain::EventType::of_status(t.status) {
+            Self::payment_events(&mut tx, &t.payment_id, kind, t.at, None).await?;
         }
         let payment = Self::payment_in(&mut tx, &t.payment_id).await?;
         if let Some(key) = &t.idempotency {

@@ -400,11 +400,53 @@ fn begin(
     if let Some(limit) = page_limit(page_limit_file) {
         conn.pragma_update(None, "max_page_count", limit)?;
     }
+    ENDPOINTS.set(None);
     conn.execute_batch("BEGIN IMMEDIATE")
+}
+
+std::thread_local! {
+    /// Whether an enabled webhook endpoint exists, as the group thread's
+    /// open transaction found it (`None`: not looked yet); see
+    /// [`endpoints_exist`].
+    static ENDPOINTS: std::cell::Cell<Option<bool>> = const { std::cell::Cell::new(None) };
+}
+
+/// Whether an enabled webhook endpoint exists, read once per group
+/// transaction: its writes hold the database's write lock from `BEGIN
+/// IMMEDIATE` to `COMMIT`, so no connection, in this process or another
+/// (`tally admin app webhook add`), adds one meanwhile. Without one, a
+/// group's payment events write nothing and are skipped, so that pays
+/// without a subscriber cost one read of an empty table per group.
+pub(super) fn endpoints_exist(conn: &rusqlite::Connection) -> Result<bool, rusqlite::Error> {
+    if let Some(known) = ENDPOINTS.get() {
+        if !conn.is_autocommit() {
+            return Ok(known);
+        }
+    }
+    let exist = conn
+        .prepare_cached(
+            "SELECT EXISTS (SELECT 1 FROM webhook_endpoints WHERE disabled_at IS NULL)",
+        )?
+        .query_row([], |row| row.get(0))?;
+    if !conn.is_autocommit() {
+        ENDPOINTS.set(Some(exist));
+    }
+    Ok(exist)
 }
 
 /// Rolls a group write back to its savepoint, and closes it.
 const ROLL_BACK_WRITE: &str = "ROLLBACK TO write; RELEASE write";
+
+/// Runs statements separated by `;` as [`run_statements`] does outside a
+/// write's own savepoint (its `SAVEPOINT write` and `RELEASE write` left out),
+/// for a write in Rust that runs them among others.
+pub(super) fn run_in_write(
+    conn: &rusqlite::Connection,
+    sql: &str,
+    params: &[Value],
+) -> Result<Vec<Row>, rusqlite::Error> {
+    run_statements(conn, sql, params, Savepoint::None)
+}
 
 /// Runs statements separated by `;`, each prepared once and kept (without
 /// the write's savepoint unless asked); the rows of all.

@@ -36,6 +36,62 @@ pub(super) fn payment_params(
     Ok(params)
 }
 
+/// A new payment for the group: its statements (`sql`, with `params`), then
+/// its `payment.created` event, as one write.
+pub(super) fn payment(
+    sql: &'static str,
+    params: Vec<Value>,
+    insert: &crate::store::PaymentInsert,
+) -> GroupWrite {
+    let payment_id = insert.payment.id.clone();
+    let at = insert.payment.date_created;
+    let origin = insert.origin.clone();
+    GroupWrite::in_savepoint(move |conn| {
+        let rows = super::group::run_in_write(conn, sql, &params)?;
+        payment_event(
+            conn,
+            &payment_id,
+            crate::domain::EventType::PaymentCreated,
+            at,
+            origin.as_deref(),
+        )?;
+        Ok(rows)
+    })
+}
+
+/// Writes a payment event's deliveries in the group's transaction, as
+/// `ThisStore::payment_events` does in a transaction of sqlx's (the same
+/// statements); nothing when the payment was not written, and no statement
+/// at all while no endpoint exists (`group::endpoints_exist`).
+pub(super) fn payment_event(
+    conn: &rusqlite::Connection,
+    payment_id: &str,
+    kind: crate::domain::EventType,
+    at: i64,
+    origin: Option<&str>,
+) -> Result<(), rusqlite::Error> {
+    use super::group::run_in_write;
+    use crate::store::webhooks::{PAYMENT_EVENT_SQL, PAYMENT_ORIGIN_SQL};
+    if !super::group::endpoints_exist(conn)? {
+        return Ok(());
+    }
+    let text = |s: &str| Value::Text(s.to_owned());
+    if let Some(client_id) = origin {
+        run_in_write(
+            conn,
+            PAYMENT_ORIGIN_SQL,
+            &[text(payment_id), text(client_id)],
+        )?;
+    }
+    // Bound by name: `$2` comes before `$1` in the text.
+    run_in_write(
+        conn,
+        PAYMENT_EVENT_SQL,
+        &[text(payment_id), text(kind.as_str()), Value::Integer(at)],
+    )?;
+    Ok(())
+}
+
 /// What a new payment's statements' rows say (see `Recorded::from_last_row`).
 pub(super) fn recorded(
     insert: &crate::store::PaymentInsert,
@@ -256,6 +312,13 @@ fn settle(
                 *balances.entry(account.to_owned()).or_default() += cents;
             }
         }
+        payment_event(
+            conn,
+            &s.payment_id,
+            crate::domain::EventType::PaymentSettled,
+            at,
+            None,
+        )?;
         settled.push(vec![Value::Text(s.payment_id.clone())]);
     }
     let mut change = conn.prepare_cached(

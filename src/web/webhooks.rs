@@ -1,0 +1,273 @@
+//! The Developer tab's webhooks (SPEC §12): an app's endpoints with their
+//! recent deliveries, adding one (its secret shown once), rotating its
+//! secret, removing it, sending a test event and resending an event.
+
+use super::forms::{PageForm, PathId};
+use super::reveal::{self, OnceSecret};
+use super::session::{self, Developer, Page};
+use super::view::{page, see_other, PageError};
+use crate::domain::{now_micros, EventType};
+use crate::state::AppState;
+use crate::store::User;
+use crate::webhooks::endpoints::{self, EndpointView, WebhookError};
+use actix_web::http::StatusCode;
+use actix_web::{HttpRequest, HttpResponse};
+use askama::Template;
+use secrecy::ExposeSecret;
+use serde::Deserialize;
+
+#[derive(Template)]
+#[template(path = "developer_webhooks.html")]
+struct WebhooksPage {
+    csrf_token: String,
+    username: String,
+    notice: Option<String>,
+    client_id: String,
+    app_name: String,
+    endpoints: Vec<EndpointView>,
+    secret: Option<OnceSecret>,
+    event_types: Vec<&'static str>,
+    allow_http: bool,
+}
+
+fn webhooks_path(client_id: &str) -> String {
+    format!("/developer/apps/{client_id}/webhooks")
+}
+
+/// Whose secret the page shows once: the app's newest endpoint secret.
+fn reveal_owner(client_id: &str) -> String {
+    format!("webhook:{client_id}")
+}
+
+/// The user's own app's name, or a 404 page: another person's app looks like none.
+async fn own_app(state: &AppState, user: &User, client_id: &str) -> Result<String, PageError> {
+    match state.store.find_app(client_id).await? {
+        Some(app) if app.owner_id == user.id => Ok(app.name),
+        _ => Err(PageError::NotFound(
+            "There is no such app among yours.".to_owned(),
+        )),
+    }
+}
+
+/// A refusal of the webhook rules, worded for the page.
+fn refused(error: WebhookError) -> PageError {
+    match error {
+        WebhookError::Store(e) => e.into(),
+        WebhookError::Unexpected(e) => PageError::Unexpected(e),
+        WebhookError::UnknownApp(_) | WebhookError::UnknownEndpoint(_) => {
+            PageError::NotFound("There is no such endpoint among this app's.".to_owned())
+        }
+        other => PageError::BadRequest(format!("{other}.")),
+    }
+}
+
+pub async fn show(
+    req: HttpRequest,
+    Page { state, session }: Page,
+    PathId(client_id): PathId,
+    Developer(user): Developer,
+) -> Result<HttpResponse, PageError> {
+    let app_name = own_app(&state, &user, &client_id).await?;
+    let endpoints = endpoints::list(state.store.as_ref(), &client_id)
+        .await
+        .map_err(refused)?;
+    let template = WebhooksPage {
+        csrf_token: session::csrf_token(&session)?,
+        notice: session::take_flash(&session),
+        secret: reveal::take(&req, &state, &session, &user.id, &reveal_owner(&client_id)).await?,
+        username: user.username,
+        app_name,
+        endpoints,
+        event_types: EventType::ALL.iter().map(|e| e.as_str()).collect(),
+        allow_http: state.settings.webhook_allow_private,
+        client_id,
+    };
+    page(StatusCode::OK, &template)
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+pub struct AddForm {
+    url: String,
+    #[serde(rename = "payment.created")]
+    created: Option<String>,
+    #[serde(rename = "payment.settled")]
+    settled: Option<String>,
+    #[serde(rename = "payment.cancelled")]
+    cancelled: Option<String>,
+    #[serde(rename = "payment.failed")]
+    failed: Option<String>,
+    #[serde(rename = "payment.expired")]
+    expired: Option<String>,
+    #[serde(rename = "grant.revoked")]
+    revoked: Option<String>,
+}
+
+impl AddForm {
+    /// The events checked, comma-separated; none checked: every event.
+    fn events(&self) -> String {
+        [
+            (&self.created, EventType::PaymentCreated),
+            (&self.settled, EventType::PaymentSettled),
+            (&self.cancelled, EventType::PaymentCancelled),
+            (&self.failed, EventType::PaymentFailed),
+            (&self.expired, EventType::PaymentExpired),
+            (&self.revoked, EventType::GrantRevoked),
+        ]
+        .into_iter()
+        .filter(|(checked, _)| checked.is_some())
+        .map(|(_, event)| event.as_str())
+        .collect::<Vec<_>>()
+        .join(",")
+    }
+}
+
+pub async fn add(
+    Page { state, session }: Page,
+    _: super::factors::SteppedUp,
+    form: PageForm<AddForm>,
+    PathId(client_id): PathId,
+    Developer(user): Developer,
+) -> Result<HttpResponse, PageError> {
+    own_app(&state, &user, &client_id).await?;
+    let form = form
+        .into_checked()
+        .map_err(|_| PageError::BadRequest("The form could not be read.".to_owned()))?;
+    let added = endpoints::add(
+        state.store.as_ref(),
+        &state.secret_key,
+        &client_id,
+        &form.url,
+        Some(&form.events()),
+        state.settings.webhook_allow_private,
+        now_micros(),
+    )
+    .await
+    .map_err(refused)?;
+    reveal::show_once(
+        &state,
+        &session,
+        &user.id,
+        &reveal_owner(&client_id),
+        "endpoint signing secret",
+        added.secret.expose_secret(),
+    )
+    .await?;
+    session::flash(&session, &format!("Events now go to {}.", added.url));
+    Ok(see_other(&webhooks_path(&client_id)))
+}
+
+#[derive(Deserialize)]
+pub struct EndpointForm {
+    endpoint_id: String,
+}
+
+pub async fn rotate(
+    Page { state, session }: Page,
+    _: super::factors::SteppedUp,
+    form: PageForm<EndpointForm>,
+    PathId(client_id): PathId,
+    Developer(user): Developer,
+) -> Result<HttpResponse, PageError> {
+    own_app(&state, &user, &client_id).await?;
+    let form = form
+        .into_checked()
+        .map_err(|_| PageError::BadRequest("Choose an endpoint.".to_owned()))?;
+    let rotated = endpoints::rotate(
+        state.store.as_ref(),
+        &state.secret_key,
+        &client_id,
+        &form.endpoint_id,
+        now_micros(),
+    )
+    .await
+    .map_err(refused)?;
+    reveal::show_once(
+        &state,
+        &session,
+        &user.id,
+        &reveal_owner(&client_id),
+        "new endpoint signing secret",
+        rotated.secret.expose_secret(),
+    )
+    .await?;
+    session::flash(
+        &session,
+        &format!(
+            "The endpoint has a new secret; the previous one also signs until {}.",
+            rotated.previous_signs_until
+        ),
+    );
+    Ok(see_other(&webhooks_path(&client_id)))
+}
+
+pub async fn remove(
+    Page { state, session }: Page,
+    form: PageForm<EndpointForm>,
+    PathId(client_id): PathId,
+    Developer(user): Developer,
+) -> Result<HttpResponse, PageError> {
+    own_app(&state, &user, &client_id).await?;
+    let form = form
+        .into_checked()
+        .map_err(|_| PageError::BadRequest("Choose an endpoint.".to_owned()))?;
+    endpoints::remove(state.store.as_ref(), &client_id, &form.endpoint_id)
+        .await
+        .map_err(refused)?;
+    session::flash(&session, "The endpoint is removed.");
+    Ok(see_other(&webhooks_path(&client_id)))
+}
+
+pub async fn test(
+    Page { state, session }: Page,
+    form: PageForm<EndpointForm>,
+    PathId(client_id): PathId,
+    Developer(user): Developer,
+) -> Result<HttpResponse, PageError> {
+    own_app(&state, &user, &client_id).await?;
+    let form = form
+        .into_checked()
+        .map_err(|_| PageError::BadRequest("Choose an endpoint.".to_owned()))?;
+    let event_id = endpoints::send_test(
+        state.store.as_ref(),
+        &client_id,
+        &form.endpoint_id,
+        now_micros(),
+    )
+    .await
+    .map_err(refused)?;
+    session::flash(
+        &session,
+        &format!("A test event ({event_id}) is on its way."),
+    );
+    Ok(see_other(&webhooks_path(&client_id)))
+}
+
+#[derive(Deserialize)]
+pub struct ResendForm {
+    endpoint_id: String,
+    event_id: String,
+}
+
+pub async fn resend(
+    Page { state, session }: Page,
+    form: PageForm<ResendForm>,
+    PathId(client_id): PathId,
+    Developer(user): Developer,
+) -> Result<HttpResponse, PageError> {
+    own_app(&state, &user, &client_id).await?;
+    let form = form
+        .into_checked()
+        .map_err(|_| PageError::BadRequest("Choose an event.".to_owned()))?;
+    endpoints::resend(
+        state.store.as_ref(),
+        &client_id,
+        &form.endpoint_id,
+        &form.event_id,
+        now_micros(),
+    )
+    .await
+    .map_err(refused)?;
+    session::flash(&session, &format!("{} is sent again.", form.event_id));
+    Ok(see_other(&webhooks_path(&client_id)))
+}
