@@ -264,6 +264,9 @@ const SKIP_LOCKED: &str = " FOR UPDATE SKIP LOCKED";
 /// Serializes transactions about one key (e.g. a sign-in throttle key) until
 /// they commit, on every instance.
 const KEY_LOCK: &str = "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))";
+/// The same key's lock shared: transactions sharing it run together, and
+/// one taking it alone (`KEY_LOCK`) waits for them and they for it.
+const KEY_LOCK_SHARED: &str = "SELECT pg_advisory_xact_lock_shared(hashtextextended($1, 0))";
 
 /// User search's walk of one trigram's index entries (`$6`), keeping the
 /// users whose names match `$1`, at most `$7`: the database function

@@ -546,6 +546,7 @@ const USERS_NAMED_LIKE: &str = "\
 const SKIP_LOCKED: &str = "";
 /// …and needs no lock on a key either (the statement only keeps the shape).
 const KEY_LOCK: &str = "SELECT $1";
+const KEY_LOCK_SHARED: &str = "SELECT $1";
 
 /// A payment event's deliveries, written in the change's transaction.
 const PAYMENT_EVENTS_SQL: &str = super::webhooks::PAYMENT_EVENT_SQL;

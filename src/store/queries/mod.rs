@@ -6,7 +6,8 @@
 //!
 //! What a backend supplies is named here and nowhere else: the items in the
 //! `use super::…` below (its sqlx database `Db`, its store `ThisStore`, its
-//! `NAME`, and its dialect: the constants `SKIP_LOCKED` and `KEY_LOCK`, the
+//! `NAME`, and its dialect: the constants `SKIP_LOCKED`, `KEY_LOCK` and
+//! `KEY_LOCK_SHARED`, the
 //! new-payment statements `HOLD_SQL` and `CHARGE_SQL` and, for a target
 //! account named by id, `TO_ACCOUNT_SQL`, and user search's walk of a
 //! trigram's index entries, `USERS_NAMED_LIKE`, and the statement that writes
@@ -25,8 +26,8 @@ mod users;
 mod webhooks;
 
 use super::{
-    Db, ThisStore, CHARGE_SQL, HOLD_SQL, KEY_LOCK, NAME, PAYMENT_EVENTS_SQL, SKIP_LOCKED,
-    TO_ACCOUNT_SQL, USERS_NAMED_LIKE,
+    Db, ThisStore, CHARGE_SQL, HOLD_SQL, KEY_LOCK, KEY_LOCK_SHARED, NAME, PAYMENT_EVENTS_SQL,
+    SKIP_LOCKED, TO_ACCOUNT_SQL, USERS_NAMED_LIKE,
 };
 use crate::store::pool::{Lease, RevocationEpoch};
 use crate::store::{Store, StoreError};

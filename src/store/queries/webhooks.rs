@@ -3,7 +3,7 @@
 //! delivery worker claims due rows with a lease (`SKIP LOCKED` on
 //! PostgreSQL) and records each attempt under its claim.
 
-use super::{Backend, Db, ThisStore, KEY_LOCK, PAYMENT_EVENTS_SQL, SKIP_LOCKED};
+use super::{Backend, Db, ThisStore, KEY_LOCK, KEY_LOCK_SHARED, PAYMENT_EVENTS_SQL, SKIP_LOCKED};
 use crate::store::webhooks::{
     AttemptOutcome, AttemptRow, ClaimedDelivery, EndpointRow, NewEndpoint, WebhookStore,
     GRANT_EVENT_SQL, PAYMENT_ORIGIN_SQL,
@@ -117,6 +117,12 @@ impl ThisStore {
         client_id: &str,
         at: i64,
     ) -> Result<(), StoreError> {
+        // Shared, as `payment_events` takes it: an endpoint added while this
+        // revocation commits either sees it commit first or is seen by it.
+        sqlx::query(KEY_LOCK_SHARED)
+            .bind(ENDPOINTS_LOCK)
+            .execute(&mut **tx)
+            .await?;
         let event_id = format!("evt_revoked_{}", crate::domain::new_id());
         sqlx::query(GRANT_EVENT_SQL)
             .bind(client_id)
