@@ -123,13 +123,15 @@ pub struct AttemptOutcome {
 /// an `EXISTS` on a key (`IN (SELECT …)` made SQLite build a temporary
 /// table at every run).
 ///
+/// The rows, as [`DELIVERY_INSERT_SQL`] takes them. SQLite's group writer
+/// reads them and inserts each (`sqlite/group_writes.rs`); the store's
+/// transactions insert them in one statement ([`PAYMENT_EVENT_SQL`]).
 /// PostgreSQL's function `payment_events`
-/// (`sql/postgres/functions/payment_events.sql`) is this statement over
+/// (`sql/postgres/functions/payment_events.sql`) is that statement over
 /// arrays; a test in `sqlite.rs` holds the two to each other.
-pub(crate) const PAYMENT_EVENT_SQL: &str = "\
-    INSERT INTO webhook_deliveries (id, endpoint_id, event_id, client_id, type, occurred_at, \
-      payment_id, status, date_completed, target_user_id, refund_payment_id, next_attempt_at) \
-    SELECT e.id || '/evt_' || substr($2, 9) || '_' || p.id, e.id, \
+macro_rules! payment_event_rows {
+    () => {
+        "SELECT e.id || '/evt_' || substr($2, 9) || '_' || p.id, e.id, \
       'evt_' || substr($2, 9) || '_' || p.id, e.client_id, $2, $3, \
       p.id, p.status, p.date_completed, p.target_user_id, p.refund_payment_id, $3 \
     FROM payments p JOIN webhook_endpoints e ON e.disabled_at IS NULL \
@@ -145,16 +147,55 @@ pub(crate) const PAYMENT_EVENT_SQL: &str = "\
           WHERE g.user_id = p.target_user_id AND g.client_id = e.client_id \
             AND g.revoked_at IS NULL \
             AND (' ' || g.scopes || ' ' LIKE '% access_profile %' \
-              OR ' ' || g.scopes || ' ' LIKE '% access_payment_history %')))";
+              OR ' ' || g.scopes || ' ' LIKE '% access_payment_history %')))"
+    };
+}
+pub(crate) const PAYMENT_EVENT_ROWS_SQL: &str = payment_event_rows!();
+
+/// The columns of a delivery row that a payment event writes.
+macro_rules! delivery_columns {
+    () => {
+        "INSERT INTO webhook_deliveries (id, endpoint_id, event_id, client_id, type, occurred_at, \
+      payment_id, status, date_completed, target_user_id, refund_payment_id, next_attempt_at) "
+    };
+}
+
+/// One delivery row of [`PAYMENT_EVENT_ROWS_SQL`]. One row, so SQLite keeps
+/// no statement journal for it (a statement that may write several rows
+/// and fail halfway copies each page it changes first).
+pub(crate) const DELIVERY_INSERT_SQL: &str = concat!(
+    delivery_columns!(),
+    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)"
+);
+
+/// A payment event's deliveries in one statement (see
+/// [`PAYMENT_EVENT_ROWS_SQL`]).
+pub(crate) const PAYMENT_EVENT_SQL: &str = concat!(delivery_columns!(), payment_event_rows!());
+
+/// Whether [`PAYMENT_ORIGIN_SQL`] writes its row: a row of `$1, $2` when it
+/// does. SQLite's group writer asks, then inserts the one row
+/// ([`PAYMENT_ORIGIN_INSERT_SQL`]).
+macro_rules! payment_origin_wanted {
+    () => {
+        "SELECT $1, $2 WHERE EXISTS (SELECT 1 FROM webhook_endpoints WHERE client_id = $2) \
+      AND EXISTS (SELECT 1 FROM payments WHERE id = $1)"
+    };
+}
+pub(crate) const PAYMENT_ORIGIN_WANTED_SQL: &str = payment_origin_wanted!();
 
 /// Records the app a new payment (`$1`) was made through (`$2`), when the app
 /// has an endpoint and the payment was written: its later events then reach
 /// the app too.
-pub(crate) const PAYMENT_ORIGIN_SQL: &str = "\
-    INSERT INTO payment_origins (payment_id, client_id) \
-    SELECT $1, $2 WHERE EXISTS (SELECT 1 FROM webhook_endpoints WHERE client_id = $2) \
-      AND EXISTS (SELECT 1 FROM payments WHERE id = $1) \
-    ON CONFLICT DO NOTHING";
+pub(crate) const PAYMENT_ORIGIN_SQL: &str = concat!(
+    "INSERT INTO payment_origins (payment_id, client_id) ",
+    payment_origin_wanted!(),
+    " ON CONFLICT DO NOTHING"
+);
+
+/// [`PAYMENT_ORIGIN_SQL`]'s row, once [`PAYMENT_ORIGIN_WANTED_SQL`] has
+/// found it wanted: one row, so SQLite keeps no statement journal for it.
+pub(crate) const PAYMENT_ORIGIN_INSERT_SQL: &str =
+    "INSERT OR IGNORE INTO payment_origins (payment_id, client_id) VALUES (?1, ?2)";
 
 /// The deliveries of a `grant.revoked` event: `$1` the app, `$2` the event
 /// id, `$3` the body, `$4` the time.
