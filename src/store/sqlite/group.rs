@@ -560,8 +560,6 @@ fn unavailable(message: &str) -> StoreError {
 mod tests {
     use super::*;
 
-    /// The statements the group leaves out of a write run without its
-    /// savepoint are the ones `sqlite_savepoint!` puts in.
     #[test]
     fn a_held_lock_is_retried_in_short_sleeps_then_given_up_after_the_timeout() {
         let waits: Vec<_> = (0..).map_while(lock_wait).collect();
@@ -571,6 +569,8 @@ mod tests {
         assert_eq!(lock_wait(-1), None);
     }
 
+    /// The statements the group leaves out of a write run without its
+    /// savepoint are the ones `sqlite_savepoint!` puts in.
     #[test]
     fn the_savepoint_left_out_is_the_one_the_statements_open() {
         let statements = |sql: &str| {
