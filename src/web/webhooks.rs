@@ -61,6 +61,47 @@ fn refused(error: WebhookError) -> PageError {
     }
 }
 
+/// The form of a change to an app's endpoints, once the app is found to be
+/// the user's own (else a 404 page); `unreadable` when the form is not.
+async fn own_app_form<T>(
+    state: &AppState,
+    user: &User,
+    client_id: &str,
+    form: PageForm<T>,
+    unreadable: &str,
+) -> Result<T, PageError> {
+    own_app(state, user, client_id).await?;
+    form.into_checked()
+        .map_err(|_| PageError::BadRequest(unreadable.to_owned()))
+}
+
+/// Shows an endpoint's new secret once, on the app's webhooks page.
+async fn show_secret(
+    state: &AppState,
+    session: &actix_session::Session,
+    user: &User,
+    client_id: &str,
+    label: &str,
+    secret: &secrecy::SecretString,
+) -> Result<(), PageError> {
+    let owner = reveal_owner(client_id);
+    reveal::show_once(
+        state,
+        session,
+        &user.id,
+        &owner,
+        label,
+        secret.expose_secret(),
+    )
+    .await
+}
+
+/// Back to the app's webhooks page, saying `done`.
+fn done(session: &actix_session::Session, client_id: &str, done: &str) -> HttpResponse {
+    session::flash(session, done);
+    see_other(&webhooks_path(client_id))
+}
+
 pub async fn show(
     req: HttpRequest,
     Page { state, session }: Page,
@@ -129,10 +170,14 @@ pub async fn add(
     PathId(client_id): PathId,
     Developer(user): Developer,
 ) -> Result<HttpResponse, PageError> {
-    own_app(&state, &user, &client_id).await?;
-    let form = form
-        .into_checked()
-        .map_err(|_| PageError::BadRequest("The form could not be read.".to_owned()))?;
+    let form = own_app_form(
+        &state,
+        &user,
+        &client_id,
+        form,
+        "The form could not be read.",
+    )
+    .await?;
     let added = endpoints::add(
         state.store.as_ref(),
         &state.secret_key,
@@ -144,17 +189,10 @@ pub async fn add(
     )
     .await
     .map_err(refused)?;
-    reveal::show_once(
-        &state,
-        &session,
-        &user.id,
-        &reveal_owner(&client_id),
-        "endpoint signing secret",
-        added.secret.expose_secret(),
-    )
-    .await?;
-    session::flash(&session, &format!("Events now go to {}.", added.url));
-    Ok(see_other(&webhooks_path(&client_id)))
+    let label = "endpoint signing secret";
+    show_secret(&state, &session, &user, &client_id, label, &added.secret).await?;
+    let message = format!("Events now go to {}.", added.url);
+    Ok(done(&session, &client_id, &message))
 }
 
 #[derive(Deserialize)]
@@ -169,10 +207,7 @@ pub async fn rotate(
     PathId(client_id): PathId,
     Developer(user): Developer,
 ) -> Result<HttpResponse, PageError> {
-    own_app(&state, &user, &client_id).await?;
-    let form = form
-        .into_checked()
-        .map_err(|_| PageError::BadRequest("Choose an endpoint.".to_owned()))?;
+    let form = own_app_form(&state, &user, &client_id, form, "Choose an endpoint.").await?;
     let rotated = endpoints::rotate(
         state.store.as_ref(),
         &state.secret_key,
@@ -182,23 +217,13 @@ pub async fn rotate(
     )
     .await
     .map_err(refused)?;
-    reveal::show_once(
-        &state,
-        &session,
-        &user.id,
-        &reveal_owner(&client_id),
-        "new endpoint signing secret",
-        rotated.secret.expose_secret(),
-    )
-    .await?;
-    session::flash(
-        &session,
-        &format!(
-            "The endpoint has a new secret; the previous one also signs until {}.",
-            rotated.previous_signs_until
-        ),
+    let label = "new endpoint signing secret";
+    show_secret(&state, &session, &user, &client_id, label, &rotated.secret).await?;
+    let message = format!(
+        "The endpoint has a new secret; the previous one also signs until {}.",
+        rotated.previous_signs_until
     );
-    Ok(see_other(&webhooks_path(&client_id)))
+    Ok(done(&session, &client_id, &message))
 }
 
 pub async fn remove(
@@ -207,15 +232,11 @@ pub async fn remove(
     PathId(client_id): PathId,
     Developer(user): Developer,
 ) -> Result<HttpResponse, PageError> {
-    own_app(&state, &user, &client_id).await?;
-    let form = form
-        .into_checked()
-        .map_err(|_| PageError::BadRequest("Choose an endpoint.".to_owned()))?;
+    let form = own_app_form(&state, &user, &client_id, form, "Choose an endpoint.").await?;
     endpoints::remove(state.store.as_ref(), &client_id, &form.endpoint_id)
         .await
         .map_err(refused)?;
-    session::flash(&session, "The endpoint is removed.");
-    Ok(see_other(&webhooks_path(&client_id)))
+    Ok(done(&session, &client_id, "The endpoint is removed."))
 }
 
 pub async fn test(
@@ -224,10 +245,7 @@ pub async fn test(
     PathId(client_id): PathId,
     Developer(user): Developer,
 ) -> Result<HttpResponse, PageError> {
-    own_app(&state, &user, &client_id).await?;
-    let form = form
-        .into_checked()
-        .map_err(|_| PageError::BadRequest("Choose an endpoint.".to_owned()))?;
+    let form = own_app_form(&state, &user, &client_id, form, "Choose an endpoint.").await?;
     let event_id = endpoints::send_test(
         state.store.as_ref(),
         &client_id,
@@ -236,11 +254,8 @@ pub async fn test(
     )
     .await
     .map_err(refused)?;
-    session::flash(
-        &session,
-        &format!("A test event ({event_id}) is on its way."),
-    );
-    Ok(see_other(&webhooks_path(&client_id)))
+    let message = format!("A test event ({event_id}) is on its way.");
+    Ok(done(&session, &client_id, &message))
 }
 
 #[derive(Deserialize)]
@@ -255,10 +270,7 @@ pub async fn resend(
     PathId(client_id): PathId,
     Developer(user): Developer,
 ) -> Result<HttpResponse, PageError> {
-    own_app(&state, &user, &client_id).await?;
-    let form = form
-        .into_checked()
-        .map_err(|_| PageError::BadRequest("Choose an event.".to_owned()))?;
+    let form = own_app_form(&state, &user, &client_id, form, "Choose an event.").await?;
     endpoints::resend(
         state.store.as_ref(),
         &client_id,
@@ -268,6 +280,6 @@ pub async fn resend(
     )
     .await
     .map_err(refused)?;
-    session::flash(&session, &format!("{} is sent again.", form.event_id));
-    Ok(see_other(&webhooks_path(&client_id)))
+    let message = format!("{} is sent again.", form.event_id);
+    Ok(done(&session, &client_id, &message))
 }
