@@ -274,9 +274,34 @@ const KEY_LOCK_SHARED: &str = "SELECT pg_advisory_xact_lock_shared(hashtextexten
 /// by primary key.
 const USERS_NAMED_LIKE: &str = "SELECT * FROM users_named_like($1, $6, $7)";
 
-/// A payment event's deliveries, written in the change's transaction: the
-/// database function `payment_events` (`PAYMENT_EVENT_SQL` over arrays).
+/// A payment event, written in the change's transaction as an outbox row:
+/// the database function `payment_events`, as the settlements and the pay
+/// batches write theirs.
 const PAYMENT_EVENTS_SQL: &str = "SELECT payment_events(ARRAY[$1]::text[], $2, ARRAY[$3]::int8[])";
+
+/// An outbox row's events (`$1`) as a table `c` (see `webhooks::OutboxEvent`).
+macro_rules! outbox_events {
+    () => {
+        "json_to_recordset($1::json) AS c (payment_id TEXT, type TEXT, at BIGINT, \
+           origin TEXT, status TEXT, date_completed BIGINT, target_user_id TEXT, \
+           refund_payment_id TEXT)"
+    };
+}
+
+/// Routing an outbox row (see `WebhookStore::route_events`): the origins
+/// its events carry, then their deliveries.
+const ROUTE_ORIGINS_SQL: &str = concat!(
+    super::webhooks::route_origins!(),
+    outbox_events!(),
+    super::webhooks::route_origins_where!()
+);
+const ROUTE_DELIVERIES_SQL: &str = concat!(
+    super::webhooks::route_deliveries!(),
+    outbox_events!(),
+    " JOIN payments p ON p.id = c.payment_id",
+    super::webhooks::postgres_links!(),
+    " ON CONFLICT DO NOTHING"
+);
 
 /// A new payment's movement, one statement (see payments.rs).
 const HOLD_SQL: &str = super::payments::PG_HOLD_SQL;

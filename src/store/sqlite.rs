@@ -548,8 +548,46 @@ const SKIP_LOCKED: &str = "";
 const KEY_LOCK: &str = "SELECT $1";
 const KEY_LOCK_SHARED: &str = "SELECT $1";
 
-/// A payment event's deliveries, written in the change's transaction.
-const PAYMENT_EVENTS_SQL: &str = super::webhooks::PAYMENT_EVENT_SQL;
+/// A payment event, written in the change's transaction as an outbox row of
+/// its own (`$1` the payment, `$2` the type, `$3` the time, the rest as the
+/// change left the payment): nothing while no enabled endpoint exists, or
+/// when the payment was not written. (The group writer writes one row for
+/// all the events of a group: `group_writes::payment_event`.)
+const PAYMENT_EVENTS_SQL: &str = "INSERT INTO webhook_outbox (events) \
+    SELECT json_array(json_object('payment_id', p.id, 'type', $2, 'at', $3, 'origin', NULL, \
+      'status', p.status, 'date_completed', p.date_completed, \
+      'target_user_id', p.target_user_id, 'refund_payment_id', p.refund_payment_id)) \
+    FROM payments p WHERE p.id = $1 \
+      AND EXISTS (SELECT 1 FROM webhook_endpoints WHERE disabled_at IS NULL)";
+
+/// An outbox row's events (`$1`) as a table `c` (see `webhooks::OutboxEvent`).
+macro_rules! outbox_events {
+    () => {
+        "(SELECT json_extract(value, '$.payment_id') AS payment_id, \
+           json_extract(value, '$.type') AS type, json_extract(value, '$.at') AS at, \
+           json_extract(value, '$.origin') AS origin, \
+           json_extract(value, '$.status') AS status, \
+           json_extract(value, '$.date_completed') AS date_completed, \
+           json_extract(value, '$.target_user_id') AS target_user_id, \
+           json_extract(value, '$.refund_payment_id') AS refund_payment_id \
+         FROM json_each($1)) AS c"
+    };
+}
+
+/// Routing an outbox row (see `WebhookStore::route_events`): the origins
+/// its events carry, then their deliveries.
+const ROUTE_ORIGINS_SQL: &str = concat!(
+    super::webhooks::route_origins!(),
+    outbox_events!(),
+    super::webhooks::route_origins_where!()
+);
+const ROUTE_DELIVERIES_SQL: &str = concat!(
+    super::webhooks::route_deliveries!(),
+    outbox_events!(),
+    " JOIN payments p ON p.id = c.payment_id",
+    super::webhooks::sqlite_links!(),
+    " ON CONFLICT DO NOTHING"
+);
 
 /// A new payment's statements, sent to the writer at once (see payments.rs).
 const HOLD_SQL: &str = super::payments::SQLITE_HOLD_SQL;
@@ -754,45 +792,6 @@ mod tests {
                 "{statement}\nis not in\n{function}"
             );
         }
-    }
-
-    /// A payment event's deliveries are written alike on both: SQLite's
-    /// statement for one payment (`PAYMENT_EVENT_SQL`) and PostgreSQL's
-    /// function over arrays (`payment_events`, which reads the links as a
-    /// LATERAL union where SQLite has `EXISTS`) name the same columns, the
-    /// same endpoints and the same links.
-    #[test]
-    fn the_payment_event_statement_is_that_of_postgresqls_function() -> anyhow::Result<()> {
-        let words = |text: &str| text.split_whitespace().collect::<Vec<_>>().join(" ");
-        let sqlite = words(&PAYMENT_EVENTS_SQL.replace("$2", "event_type"));
-        let function = words(include_str!(
-            "../../sql/postgres/functions/payment_events.sql"
-        ));
-        let at = |needle: &str| {
-            sqlite
-                .find(needle)
-                .ok_or_else(|| anyhow::anyhow!("{needle} is not in {sqlite}"))
-        };
-        let columns = &sqlite[..at(" SELECT ")?];
-        let endpoints = &sqlite[at("e.disabled_at IS NULL")?..at(" WHERE p.id = $1")?];
-        let grant = &sqlite[at("g.revoked_at IS NULL")?..at("%')) OR EXISTS")? + 3];
-        for part in [
-            columns,
-            endpoints,
-            "o.payment_id = p.id",
-            "g.user_id IN (p.actor_id, p.target_user_id)",
-            grant,
-        ] {
-            assert!(function.contains(part), "{part}\nis not in\n{function}");
-        }
-        for link in [
-            "o.client_id = e.client_id",
-            "g.user_id = p.actor_id AND g.client_id = e.client_id",
-            "g.user_id = p.target_user_id AND g.client_id = e.client_id",
-        ] {
-            assert!(sqlite.contains(link), "{link}\nis not in\n{sqlite}");
-        }
-        Ok(())
     }
 
     /// A store on a fresh, migrated database file in a directory of its own

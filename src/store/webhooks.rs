@@ -112,90 +112,126 @@ pub struct AttemptOutcome {
     pub rendered: Option<String>,
 }
 
-/// The deliveries of one payment event, written in the transaction of the
-/// change: `$1` the payment (read after the change, so its state is the
-/// change's), `$2` the event's type, `$3` its time. One row per endpoint that
-/// is enabled, wants the type, and whose app the payment is linked to: it was
-/// made through the app (`payment_origins`), or one of its parties has a
-/// live grant to the app that reads payments (`access_profile` or
-/// `access_payment_history`). The event id is `evt_`, the type's last word
-/// and the payment id (each payment reaches each state once). Each link is
-/// an `EXISTS` on a key (`IN (SELECT …)` made SQLite build a temporary
-/// table at every run).
-///
-/// The rows, as [`DELIVERY_INSERT_SQL`] takes them. SQLite's group writer
-/// reads them and inserts each (`sqlite/group_writes.rs`); the store's
-/// transactions insert them in one statement ([`PAYMENT_EVENT_SQL`]).
-/// PostgreSQL's function `payment_events`
-/// (`sql/postgres/functions/payment_events.sql`) is that statement over
-/// arrays; a test in `sqlite.rs` holds the two to each other.
-macro_rules! payment_event_rows {
-    () => {
-        "SELECT e.id || '/evt_' || substr($2, 9) || '_' || p.id, e.id, \
-      'evt_' || substr($2, 9) || '_' || p.id, e.client_id, $2, $3, \
-      p.id, p.status, p.date_completed, p.target_user_id, p.refund_payment_id, $3 \
-    FROM payments p JOIN webhook_endpoints e ON e.disabled_at IS NULL \
-      AND (e.events = '*' OR e.events LIKE '%,' || $2 || ',%') \
-    WHERE p.id = $1 \
-      AND (EXISTS (SELECT 1 FROM payment_origins o \
-          WHERE o.payment_id = p.id AND o.client_id = e.client_id) \
-        OR EXISTS (SELECT 1 FROM oauth_grants g \
-          WHERE g.user_id = p.actor_id AND g.client_id = e.client_id AND g.revoked_at IS NULL \
-            AND (' ' || g.scopes || ' ' LIKE '% access_profile %' \
-              OR ' ' || g.scopes || ' ' LIKE '% access_payment_history %')) \
-        OR EXISTS (SELECT 1 FROM oauth_grants g \
-          WHERE g.user_id = p.target_user_id AND g.client_id = e.client_id \
-            AND g.revoked_at IS NULL \
-            AND (' ' || g.scopes || ' ' LIKE '% access_profile %' \
-              OR ' ' || g.scopes || ' ' LIKE '% access_payment_history %')))"
-    };
-}
-pub(crate) const PAYMENT_EVENT_ROWS_SQL: &str = payment_event_rows!();
-
-/// The columns of a delivery row that a payment event writes.
-macro_rules! delivery_columns {
-    () => {
-        "INSERT INTO webhook_deliveries (id, endpoint_id, event_id, client_id, type, occurred_at, \
-      payment_id, status, date_completed, target_user_id, refund_payment_id, next_attempt_at) "
-    };
+/// A payment event as the outbox keeps it until it is routed (see
+/// [`WebhookStore::route_events`]): the payment, the event's type and time,
+/// the app the payment was made through when the change knows it (a new
+/// payment on SQLite's group writer; elsewhere the change writes
+/// `payment_origins` itself), and what a change can alter of a payment, as
+/// the change left it (the rest of a payment never changes). An outbox row
+/// holds a JSON array of these; a field left out reads as NULL.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct OutboxEvent {
+    pub payment_id: String,
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub at: i64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub origin: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub date_completed: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub target_user_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refund_payment_id: Option<String>,
 }
 
-/// One delivery row of [`PAYMENT_EVENT_ROWS_SQL`]. One row, so SQLite keeps
-/// no statement journal for it (a statement that may write several rows
-/// and fail halfway copies each page it changes first).
-pub(crate) const DELIVERY_INSERT_SQL: &str = concat!(
-    delivery_columns!(),
-    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)"
-);
-
-/// A payment event's deliveries in one statement (see
-/// [`PAYMENT_EVENT_ROWS_SQL`]).
-pub(crate) const PAYMENT_EVENT_SQL: &str = concat!(delivery_columns!(), payment_event_rows!());
-
-/// Whether [`PAYMENT_ORIGIN_SQL`] writes its row: a row of `$1, $2` when it
-/// does. SQLite's group writer asks, then inserts the one row
-/// ([`PAYMENT_ORIGIN_INSERT_SQL`]).
-macro_rules! payment_origin_wanted {
+/// The deliveries of the payment events of one outbox row (`$1`, its JSON
+/// array), each backend's statement being this, its `outbox_events!` (the
+/// array read as a table `c` of [`OutboxEvent`]'s fields), `JOIN payments p
+/// ON p.id = c.payment_id`, its links, and `ON CONFLICT DO NOTHING`: one row
+/// per event and endpoint that is enabled, wants the type, and whose app the
+/// payment is linked to: it was made through the app (`payment_origins`,
+/// which `route_origins!` fills from the events first), or one of its
+/// parties has a live grant to the app that reads payments (`access_profile`
+/// or `access_payment_history`). The event id is `evt_`, the type's last
+/// word and the payment id (each payment reaches each state once), so an
+/// event routed twice has its deliveries once.
+macro_rules! route_deliveries {
     () => {
-        "SELECT $1, $2 WHERE EXISTS (SELECT 1 FROM webhook_endpoints WHERE client_id = $2) \
-      AND EXISTS (SELECT 1 FROM payments WHERE id = $1)"
+        "INSERT INTO webhook_deliveries (id, endpoint_id, event_id, client_id, type, \
+           occurred_at, payment_id, status, date_completed, target_user_id, \
+           refund_payment_id, next_attempt_at) \
+         SELECT e.id || '/evt_' || substr(c.type, 9) || '_' || p.id, e.id, \
+           'evt_' || substr(c.type, 9) || '_' || p.id, e.client_id, c.type, c.at, \
+           p.id, c.status, c.date_completed, c.target_user_id, c.refund_payment_id, c.at \
+         FROM "
     };
 }
-pub(crate) const PAYMENT_ORIGIN_WANTED_SQL: &str = payment_origin_wanted!();
+pub(crate) use route_deliveries;
+
+/// The endpoints of an event's linked apps, SQLite's way: `EXISTS` on a key
+/// for each link (`IN (SELECT …)` made SQLite build a temporary table at
+/// every run).
+macro_rules! sqlite_links {
+    () => {
+        " JOIN webhook_endpoints e ON e.disabled_at IS NULL \
+          AND (e.events = '*' OR e.events LIKE '%,' || c.type || ',%') \
+        WHERE EXISTS (SELECT 1 FROM payment_origins o \
+              WHERE o.payment_id = p.id AND o.client_id = e.client_id) \
+            OR EXISTS (SELECT 1 FROM oauth_grants g \
+              WHERE g.user_id = p.actor_id AND g.client_id = e.client_id \
+                AND g.revoked_at IS NULL \
+                AND (' ' || g.scopes || ' ' LIKE '% access_profile %' \
+                  OR ' ' || g.scopes || ' ' LIKE '% access_payment_history %')) \
+            OR EXISTS (SELECT 1 FROM oauth_grants g \
+              WHERE g.user_id = p.target_user_id AND g.client_id = e.client_id \
+                AND g.revoked_at IS NULL \
+                AND (' ' || g.scopes || ' ' LIKE '% access_profile %' \
+                  OR ' ' || g.scopes || ' ' LIKE '% access_payment_history %'))"
+    };
+}
+pub(crate) use sqlite_links;
+
+/// The same links, PostgreSQL's way: a LATERAL union read by key for each
+/// event (with `OR`ed `EXISTS`, PostgreSQL hashed the whole of
+/// `payment_origins` at every run, decision 019).
+macro_rules! postgres_links {
+    () => {
+        " CROSS JOIN LATERAL ( \
+            SELECT o.client_id FROM payment_origins o WHERE o.payment_id = p.id \
+            UNION \
+            SELECT g.client_id FROM oauth_grants g \
+              WHERE g.user_id IN (p.actor_id, p.target_user_id) AND g.revoked_at IS NULL \
+                AND (' ' || g.scopes || ' ' LIKE '% access_profile %' \
+                  OR ' ' || g.scopes || ' ' LIKE '% access_payment_history %') \
+        ) AS linked (client_id) \
+        JOIN webhook_endpoints e ON e.client_id = linked.client_id AND e.disabled_at IS NULL \
+          AND (e.events = '*' OR e.events LIKE '%,' || c.type || ',%')"
+    };
+}
+pub(crate) use postgres_links;
+
+/// The apps the new payments of one outbox row were made through, where
+/// the change put them in the events (SQLite's group writer), for their
+/// later events: those that have an endpoint. Each backend's statement is
+/// this, its `outbox_events!` and `route_origins_where!`.
+macro_rules! route_origins {
+    () => {
+        "INSERT INTO payment_origins (payment_id, client_id) SELECT c.payment_id, c.origin FROM "
+    };
+}
+pub(crate) use route_origins;
+
+/// See `route_origins!`.
+macro_rules! route_origins_where {
+    () => {
+        " WHERE c.origin IS NOT NULL \
+           AND EXISTS (SELECT 1 FROM webhook_endpoints WHERE client_id = c.origin) \
+           AND EXISTS (SELECT 1 FROM payments WHERE id = c.payment_id) \
+         ON CONFLICT DO NOTHING"
+    };
+}
+pub(crate) use route_origins_where;
 
 /// Records the app a new payment (`$1`) was made through (`$2`), when the app
 /// has an endpoint and the payment was written: its later events then reach
 /// the app too.
-pub(crate) const PAYMENT_ORIGIN_SQL: &str = concat!(
-    "INSERT INTO payment_origins (payment_id, client_id) ",
-    payment_origin_wanted!(),
-    " ON CONFLICT DO NOTHING"
-);
-
-/// [`PAYMENT_ORIGIN_SQL`]'s row, once [`PAYMENT_ORIGIN_WANTED_SQL`] has
-/// found it wanted: one row, so SQLite keeps no statement journal for it.
-pub(crate) const PAYMENT_ORIGIN_INSERT_SQL: &str =
-    "INSERT OR IGNORE INTO payment_origins (payment_id, client_id) VALUES (?1, ?2)";
+pub(crate) const PAYMENT_ORIGIN_SQL: &str = "INSERT INTO payment_origins (payment_id, client_id) \
+     SELECT $1, $2 WHERE EXISTS (SELECT 1 FROM webhook_endpoints WHERE client_id = $2) \
+       AND EXISTS (SELECT 1 FROM payments WHERE id = $1) \
+     ON CONFLICT DO NOTHING";
 
 /// The deliveries of a `grant.revoked` event: `$1` the app, `$2` the event
 /// id, `$3` the body, `$4` the time.
@@ -249,6 +285,11 @@ pub trait WebhookStore: Send + Sync {
         limit: i64,
     ) -> Result<Vec<AttemptRow>, StoreError>;
 
+    /// Routes the payment events of up to `rows` outbox rows, oldest first,
+    /// into their deliveries, and deletes the rows, in one transaction (one
+    /// instance at a time); how many rows.
+    async fn route_events(&self, rows: i64) -> Result<usize, StoreError>;
+
     /// Claims up to `limit` deliveries due at `now` whose endpoint is enabled,
     /// until `lease_until`, under `claim` (on PostgreSQL passing by those
     /// another instance is claiming: `SKIP LOCKED`), counting the attempt.
@@ -285,4 +326,41 @@ pub trait WebhookStore: Send + Sync {
         event_id: &str,
         now: i64,
     ) -> Result<bool, StoreError>;
+}
+
+#[cfg(test)]
+mod tests {
+    /// An event reaches the same endpoints on both backends: their links,
+    /// written each backend's way (`EXISTS` on SQLite, a LATERAL union on
+    /// PostgreSQL), name the same endpoints, the same origin and the same
+    /// grants.
+    #[test]
+    fn both_backends_route_an_event_by_the_same_links() -> anyhow::Result<()> {
+        let words = |text: &str| text.split_whitespace().collect::<Vec<_>>().join(" ");
+        let sqlite = words(sqlite_links!());
+        let postgres = words(postgres_links!());
+        let between = |text: &str, from: &str, to: &str| -> String {
+            let start = text.find(from).expect(from);
+            let end = text[start..].find(to).expect(to) + start + to.len();
+            text[start..end].to_owned()
+        };
+        let endpoint = between(&sqlite, "e.disabled_at IS NULL", "|| ',%')");
+        let grant = between(
+            &sqlite,
+            "g.revoked_at IS NULL",
+            "access_payment_history %')",
+        );
+        for part in [&endpoint, &grant, "o.payment_id = p.id"] {
+            assert!(postgres.contains(part), "{part}\nis not in\n{postgres}");
+        }
+        assert!(postgres.contains("g.user_id IN (p.actor_id, p.target_user_id)"));
+        for link in [
+            "o.client_id = e.client_id",
+            "g.user_id = p.actor_id AND g.client_id = e.client_id",
+            "g.user_id = p.target_user_id AND g.client_id = e.client_id",
+        ] {
+            assert!(sqlite.contains(link), "{link}\nis not in\n{sqlite}");
+        }
+        Ok(())
+    }
 }

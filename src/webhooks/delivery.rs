@@ -1,5 +1,6 @@
-//! The delivery worker: on every instance, claims due deliveries with a
-//! lease (`SKIP LOCKED` on PostgreSQL, SQLite's one writer elsewhere), so
+//! The delivery worker: on every instance, routes the outbox's payment
+//! events into deliveries (one instance at a time), claims due deliveries
+//! with a lease (`SKIP LOCKED` on PostgreSQL, SQLite's one writer elsewhere), so
 //! each attempt is made by one instance; renders a payment event's body at
 //! its first attempt from the state its change committed (and keeps it, so
 //! every retry sends the same bytes); signs it (Standard Webhooks 1.0) and
@@ -15,7 +16,7 @@ use crate::domain::{format_datetime, micros, new_id, now_micros, EventType, Paym
 use crate::store::{AttemptOutcome, ClaimedDelivery, Store, StoreError};
 use secrecy::SecretString;
 use serde::Serialize;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
@@ -35,6 +36,15 @@ pub const SATURATED_IN_FLIGHT_PER_CORE: i64 = 4;
 /// Most attempts in flight while the API is saturated: the deliveries make
 /// way for it (decision 019), yet never stop.
 const SATURATED_IN_FLIGHT: usize = 4;
+/// Outbox rows routed into deliveries a transaction (a row holds the events
+/// of one change, or of one group or batch of them): a round routes until
+/// the outbox is empty, or [`ROUTE_TRANSACTIONS`] transactions, each short
+/// enough for the writes beside it. While the API is saturated, routing
+/// makes way as the attempts do: one row, and only in a round after a claim
+/// that found fewer due deliveries than it had room for.
+const ROUTE_ROWS: i64 = 4;
+/// Most routing transactions a round.
+const ROUTE_TRANSACTIONS: usize = 16;
 
 /// What the worker needs.
 pub struct Deliverer {
@@ -45,6 +55,9 @@ pub struct Deliverer {
     /// The API's requests in flight, which the worker makes way for.
     api: ApiLoad,
     in_flight: AtomicUsize,
+    /// Whether the last claim found fewer due deliveries than it had room
+    /// for: while the API is saturated, only then is more routed.
+    short_of_deliveries: AtomicBool,
     /// Where attempts leave their outcome for [`record`]…
     outcomes: UnboundedSender<Outcome>,
     /// …which takes them from here (taken when the worker starts).
@@ -88,6 +101,7 @@ impl Deliverer {
             allow_private,
             api,
             in_flight: AtomicUsize::new(0),
+            short_of_deliveries: AtomicBool::new(true),
             outcomes,
             recorded: Some(recorded),
         })
@@ -130,9 +144,11 @@ impl Deliverer {
         }
     }
 
-    /// Claims what is due (as many as there is room for, with at most
-    /// `most` attempts in flight) and starts an attempt for each; how many.
+    /// Routes the outbox's events into deliveries, then claims what is due
+    /// (as many as there is room for, with at most `most` attempts in
+    /// flight) and starts an attempt for each; how many.
     pub async fn round(self: Arc<Self>, most: usize) -> Result<usize, StoreError> {
+        self.route(most <= SATURATED_IN_FLIGHT).await;
         let room = most.saturating_sub(self.in_flight.load(Ordering::Relaxed));
         if room == 0 {
             return Ok(0);
@@ -149,6 +165,7 @@ impl Deliverer {
             )
             .await?;
         let n = claimed.len();
+        self.short_of_deliveries.store(n < room, Ordering::Relaxed);
         for delivery in claimed {
             self.in_flight.fetch_add(1, Ordering::Relaxed);
             let this = self.clone();
@@ -159,6 +176,26 @@ impl Deliverer {
             });
         }
         Ok(n)
+    }
+
+    /// Routes the outbox's events into deliveries (see [`ROUTE_ROWS`]).
+    async fn route(&self, saturated: bool) {
+        if saturated && !self.short_of_deliveries.load(Ordering::Relaxed) {
+            return;
+        }
+        let (rows, transactions) = if saturated {
+            (1, 1)
+        } else {
+            (ROUTE_ROWS, ROUTE_TRANSACTIONS)
+        };
+        for _ in 0..transactions {
+            match self.store.route_events(rows).await {
+                Ok(routed) if routed == usize::try_from(rows).unwrap_or(0) => {}
+                Ok(_) => return,
+                // Nothing is lost: the rows stay for the next round.
+                Err(e) => return warn_throttled("webhook routing", &e),
+            }
+        }
     }
 
     /// One attempt, recorded whatever it came to.

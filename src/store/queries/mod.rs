@@ -10,8 +10,10 @@
 //! `KEY_LOCK_SHARED`, the
 //! new-payment statements `HOLD_SQL` and `CHARGE_SQL` and, for a target
 //! account named by id, `TO_ACCOUNT_SQL`, and user search's walk of a
-//! trigram's index entries, `USERS_NAMED_LIKE`, and the statement that writes
-//! a payment event's deliveries, `PAYMENT_EVENTS_SQL`), and the `Backend` trait:
+//! trigram's index entries, `USERS_NAMED_LIKE`, the statement that writes a
+//! payment event to the outbox, `PAYMENT_EVENTS_SQL`, and the two that route
+//! an outbox row, `ROUTE_ORIGINS_SQL` and `ROUTE_DELIVERIES_SQL`), and the
+//! `Backend` trait:
 //! its connections and its hot operations, each written once in
 //! `sqlite.rs` or `postgres.rs`. Only what both backends run is here. The
 //! files below take what they need from this module by name.
@@ -27,7 +29,7 @@ mod webhooks;
 
 use super::{
     Db, ThisStore, CHARGE_SQL, HOLD_SQL, KEY_LOCK, KEY_LOCK_SHARED, NAME, PAYMENT_EVENTS_SQL,
-    SKIP_LOCKED, TO_ACCOUNT_SQL, USERS_NAMED_LIKE,
+    ROUTE_DELIVERIES_SQL, ROUTE_ORIGINS_SQL, SKIP_LOCKED, TO_ACCOUNT_SQL, USERS_NAMED_LIKE,
 };
 use crate::store::pool::{Lease, RevocationEpoch};
 use crate::store::{Store, StoreError};

@@ -1,9 +1,13 @@
-//! Webhook endpoints, the outbox's deliveries and their attempts. A payment
-//! event is written by the change's own transaction (`payment_events`); the
-//! delivery worker claims due rows with a lease (`SKIP LOCKED` on
-//! PostgreSQL) and records each attempt under its claim.
+//! Webhook endpoints, the outbox, deliveries and their attempts. A payment
+//! event is written to the outbox by the change's own transaction
+//! (`payment_events`); the delivery worker routes the outbox's rows into
+//! deliveries (`route_events`), claims due deliveries with a lease (`SKIP
+//! LOCKED` on PostgreSQL) and records each attempt under its claim.
 
-use super::{Backend, Db, ThisStore, KEY_LOCK, KEY_LOCK_SHARED, PAYMENT_EVENTS_SQL, SKIP_LOCKED};
+use super::{
+    Backend, Db, ThisStore, KEY_LOCK, KEY_LOCK_SHARED, PAYMENT_EVENTS_SQL, ROUTE_DELIVERIES_SQL,
+    ROUTE_ORIGINS_SQL, SKIP_LOCKED,
+};
 use crate::store::webhooks::{
     AttemptOutcome, AttemptRow, ClaimedDelivery, EndpointRow, NewEndpoint, WebhookStore,
     GRANT_EVENT_SQL, PAYMENT_ORIGIN_SQL,
@@ -14,6 +18,10 @@ use crate::store::StoreError;
 /// every change writing payment events shares on PostgreSQL (the function
 /// `payment_events` and its callers say why).
 const ENDPOINTS_LOCK: &str = "webhook endpoints";
+
+/// The key of the lock a routing of the outbox takes alone, so that one
+/// instance routes at a time (see `route_events`).
+const ROUTER_LOCK: &str = "webhook router";
 
 const ENDPOINT_COLUMNS: &str = "id, client_id, url, events, secret_sealed, \
     previous_secret_sealed, previous_until, created_at, failing_since, disabled_at";
@@ -83,9 +91,9 @@ impl ThisStore {
         Ok(true)
     }
 
-    /// Writes a payment event's deliveries in the change's transaction (see
-    /// `PAYMENT_EVENT_SQL`); first, for a new payment made through an app,
-    /// that app (`origin`).
+    /// Writes a payment event to the outbox in the change's transaction (see
+    /// `PAYMENT_EVENTS_SQL`); first, for a new payment made through an app,
+    /// that app (`origin`), for its later events.
     pub(crate) async fn payment_events(
         tx: &mut sqlx::Transaction<'static, Db>,
         payment_id: &str,
@@ -251,6 +259,50 @@ impl WebhookStore for ThisStore {
             .bind(limit),
         )
         .await
+    }
+
+    #[tracing::instrument(skip_all)]
+    async fn route_events(&self, rows: i64) -> Result<usize, StoreError> {
+        // Most rounds find the outbox empty: a read, not a write, says so.
+        let waiting: Option<i64> = self
+            .read_value(sqlx::query_scalar("SELECT seq FROM webhook_outbox LIMIT 1"))
+            .await?;
+        if waiting.is_none() {
+            return Ok(0);
+        }
+        let mut tx = self.write().await?;
+        // One instance at a time, oldest row first: a new payment's row (its
+        // `payment.created`, with the origin it carries) is routed before a
+        // later row's event of the same payment looks for that origin.
+        sqlx::query(KEY_LOCK)
+            .bind(ROUTER_LOCK)
+            .execute(&mut *tx)
+            .await?;
+        // Shared, as the changes take it: an endpoint's removal (which
+        // takes it alone) and a routing do not cross.
+        sqlx::query(KEY_LOCK_SHARED)
+            .bind(ENDPOINTS_LOCK)
+            .execute(&mut *tx)
+            .await?;
+        let outbox: Vec<(i64, String)> =
+            sqlx::query_as("SELECT seq, events FROM webhook_outbox ORDER BY seq LIMIT $1")
+                .bind(rows)
+                .fetch_all(&mut *tx)
+                .await?;
+        for (seq, events) in &outbox {
+            for statement in [ROUTE_ORIGINS_SQL, ROUTE_DELIVERIES_SQL] {
+                sqlx::query(statement)
+                    .bind(events)
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            sqlx::query("DELETE FROM webhook_outbox WHERE seq = $1")
+                .bind(seq)
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(outbox.len())
     }
 
     #[tracing::instrument(skip_all)]

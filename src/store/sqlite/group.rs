@@ -23,6 +23,7 @@
 
 use super::writer::{page_limit, WalRestart, WriterHealth, WRITER_AUTOCHECKPOINT_PAGES};
 use crate::store::batch_queue::{submit, take_front, BatchQueue, Batches};
+use crate::store::webhooks::OutboxEvent;
 use crate::store::StoreError;
 use rusqlite::types::Value;
 use sqlx::SqlitePool;
@@ -327,6 +328,9 @@ fn write_group(
         Ok(rows) => {
             let answered = jobs.into_iter().zip(rows);
             answers.extend(answered.map(|(job, rows)| (job.answer, Ok(rows))));
+            if let Err(error) = write_outbox(conn) {
+                return Some(error);
+            }
             conn.execute_batch("COMMIT").err()
         }
         Err(_) => {
@@ -352,6 +356,7 @@ fn write_each_in_savepoint(
     answers: &mut Vec<Answered>,
 ) -> Option<rusqlite::Error> {
     for job in jobs {
+        let events_before = EVENTS.with_borrow(Vec::len);
         let result = (job.write.0)(conn, Savepoint::Own);
         let failed = result.is_err();
         answers.push((job.answer, result.map_err(store_error)));
@@ -360,10 +365,14 @@ fn write_each_in_savepoint(
         // that fails the group, so no later write runs outside it and no
         // earlier one is answered as written.
         if failed {
+            EVENTS.with_borrow_mut(|events| events.truncate(events_before));
             if let Err(error) = conn.execute_batch(ROLL_BACK_WRITE) {
                 return Some(error);
             }
         }
+    }
+    if let Err(error) = write_outbox(conn) {
+        return Some(error);
     }
     conn.execute_batch("COMMIT").err()
 }
@@ -433,10 +442,14 @@ fn begin(
         conn.pragma_update(None, "max_page_count", limit)?;
     }
     ENDPOINTS.set(None);
+    EVENTS.take();
     conn.execute_batch("BEGIN IMMEDIATE")
 }
 
 std::thread_local! {
+    /// The payment events of the open group transaction's writes so far
+    /// (see [`push_event`]).
+    static EVENTS: std::cell::RefCell<Vec<OutboxEvent>> = const { std::cell::RefCell::new(Vec::new()) };
     /// Whether an enabled webhook endpoint exists, as the group thread's
     /// open transaction found it (`None`: not looked yet); see
     /// [`endpoints_exist`].
@@ -464,6 +477,29 @@ pub(super) fn endpoints_exist(conn: &rusqlite::Connection) -> Result<bool, rusql
         ENDPOINTS.set(Some(exist));
     }
     Ok(exist)
+}
+
+/// Adds a payment event of the write being run to its group's outbox row,
+/// which [`write_outbox`] writes when the group's writes are done: one row
+/// appended per group, however many events its writes have, instead of
+/// statements per event on the pays' one pipeline (decision 019). A write
+/// rolled back to its savepoint loses its events with it
+/// ([`write_each_in_savepoint`]).
+pub(super) fn push_event(event: OutboxEvent) {
+    EVENTS.with_borrow_mut(|events| events.push(event));
+}
+
+/// Writes the group's payment events, if it has any, as one outbox row.
+fn write_outbox(conn: &rusqlite::Connection) -> Result<(), rusqlite::Error> {
+    let events = EVENTS.take();
+    if events.is_empty() {
+        return Ok(());
+    }
+    let json = serde_json::to_string(&events)
+        .map_err(|e| rusqlite::Error::ToSqlConversionFailure(Box::new(e)))?;
+    conn.prepare_cached("INSERT INTO webhook_outbox (events) VALUES (?1)")?
+        .execute([json])?;
+    Ok(())
 }
 
 /// Rolls a group write back to its savepoint, and closes it.

@@ -3,7 +3,8 @@
 //! settlement of a round of pays, and the reading of their rows.
 
 use super::group::{GroupWrite, Row};
-use crate::domain::{accounts, Parties, Step};
+use crate::domain::{accounts, EventType, Parties, PaymentStatus, Step};
+use crate::store::webhooks::OutboxEvent;
 use crate::store::StoreError;
 use rusqlite::types::Value;
 use rusqlite::OptionalExtension;
@@ -48,65 +49,29 @@ pub(super) fn payment(
     let origin = insert.origin.clone();
     GroupWrite::in_savepoint(move |conn| {
         let rows = super::group::run_in_write(conn, sql, &params)?;
-        payment_event(
-            conn,
-            &payment_id,
-            crate::domain::EventType::PaymentCreated,
-            at,
-            origin.as_deref(),
-        )?;
+        if super::group::endpoints_exist(conn)? {
+            // Only a payment its statements wrote has its event; its target
+            // account as they wrote it (the rest of the event's state is a
+            // new payment's).
+            let written: Option<Option<String>> = conn
+                .prepare_cached("SELECT target_user_id FROM payments WHERE id = ?1")?
+                .query_row([&payment_id], |row| row.get(0))
+                .optional()?;
+            if let Some(target_user_id) = written {
+                super::group::push_event(OutboxEvent {
+                    payment_id: payment_id.clone(),
+                    kind: EventType::PaymentCreated.as_str(),
+                    at,
+                    origin: origin.clone(),
+                    status: None,
+                    date_completed: None,
+                    target_user_id,
+                    refund_payment_id: None,
+                });
+            }
+        }
         Ok(rows)
     })
-}
-
-/// Writes a payment event's deliveries in the group's transaction, as
-/// `ThisStore::payment_events` does in a transaction of sqlx's (the same
-/// rows, read by the same statements): nothing when the payment was not
-/// written, and no statement at all while no endpoint exists
-/// (`group::endpoints_exist`). The rows are read, then inserted one by one:
-/// an `INSERT … SELECT`, which may write several rows, made SQLite copy each
-/// page it changed into a statement journal first, most of an event's cost
-/// (decision 019).
-pub(super) fn payment_event(
-    conn: &rusqlite::Connection,
-    payment_id: &str,
-    kind: crate::domain::EventType,
-    at: i64,
-    origin: Option<&str>,
-) -> Result<(), rusqlite::Error> {
-    use super::group::run_in_write;
-    use crate::store::webhooks::{
-        DELIVERY_INSERT_SQL, PAYMENT_EVENT_ROWS_SQL, PAYMENT_ORIGIN_INSERT_SQL,
-        PAYMENT_ORIGIN_WANTED_SQL,
-    };
-    if !super::group::endpoints_exist(conn)? {
-        return Ok(());
-    }
-    let text = |s: &str| Value::Text(s.to_owned());
-    if let Some(client_id) = origin {
-        let wanted = run_in_write(
-            conn,
-            PAYMENT_ORIGIN_WANTED_SQL,
-            &[text(payment_id), text(client_id)],
-        )?;
-        if !wanted.is_empty() {
-            conn.prepare_cached(PAYMENT_ORIGIN_INSERT_SQL)?
-                .execute(rusqlite::params![payment_id, client_id])?;
-        }
-    }
-    // Bound by name: `$2` comes before `$1` in the text.
-    let deliveries = run_in_write(
-        conn,
-        PAYMENT_EVENT_ROWS_SQL,
-        &[text(payment_id), text(kind.as_str()), Value::Integer(at)],
-    )?;
-    if !deliveries.is_empty() {
-        let mut insert = conn.prepare_cached(DELIVERY_INSERT_SQL)?;
-        for delivery in deliveries {
-            insert.execute(rusqlite::params_from_iter(delivery))?;
-        }
-    }
-    Ok(())
 }
 
 /// What a new payment's statements' rows say (see `Recorded::from_last_row`).
@@ -297,6 +262,7 @@ fn settle(
     )?;
     let step = Step::Settle;
     let kind = step.entry_kind().as_str();
+    let events = super::group::endpoints_exist(conn)?;
     let mut balances: std::collections::BTreeMap<String, i64> = Default::default();
     let mut settled = Vec::new();
     for s in settlements {
@@ -329,13 +295,19 @@ fn settle(
                 *balances.entry(account.to_owned()).or_default() += cents;
             }
         }
-        payment_event(
-            conn,
-            &s.payment_id,
-            crate::domain::EventType::PaymentSettled,
-            at,
-            None,
-        )?;
+        if events {
+            // As the settlement left it: settled now, to its target.
+            super::group::push_event(OutboxEvent {
+                payment_id: s.payment_id.clone(),
+                kind: EventType::PaymentSettled.as_str(),
+                at,
+                origin: None,
+                status: Some(PaymentStatus::Settled.as_str()),
+                date_completed: Some(at),
+                target_user_id: Some(target.clone()),
+                refund_payment_id: None,
+            });
+        }
         settled.push(vec![Value::Text(s.payment_id.clone())]);
     }
     let mut change = conn.prepare_cached(
