@@ -339,17 +339,18 @@ mod tests {
         let words = |text: &str| text.split_whitespace().collect::<Vec<_>>().join(" ");
         let sqlite = words(sqlite_links!());
         let postgres = words(postgres_links!());
-        let between = |text: &str, from: &str, to: &str| -> String {
-            let start = text.find(from).expect(from);
-            let end = text[start..].find(to).expect(to) + start + to.len();
-            text[start..end].to_owned()
+        let between = |text: &str, from: &str, to: &str| -> anyhow::Result<String> {
+            let missing = || anyhow::anyhow!("{from} … {to} is not in {text}");
+            let start = text.find(from).ok_or_else(missing)?;
+            let end = text[start..].find(to).ok_or_else(missing)? + start + to.len();
+            Ok(text[start..end].to_owned())
         };
-        let endpoint = between(&sqlite, "e.disabled_at IS NULL", "|| ',%')");
+        let endpoint = between(&sqlite, "e.disabled_at IS NULL", "|| ',%')")?;
         let grant = between(
             &sqlite,
             "g.revoked_at IS NULL",
             "access_payment_history %')",
-        );
+        )?;
         for part in [&endpoint, &grant, "o.payment_id = p.id"] {
             assert!(postgres.contains(part), "{part}\nis not in\n{postgres}");
         }
