@@ -47,31 +47,32 @@ pub(super) fn payment(
     let payment_id = insert.payment.id.clone();
     let at = insert.payment.date_created;
     let origin = insert.origin.clone();
+    let target_user_id = insert.payment.target_user_id.clone();
     GroupWrite::in_savepoint(move |conn| {
         let rows = super::group::run_in_write(conn, sql, &params)?;
-        if super::group::endpoints_exist(conn)? {
-            // Only a payment its statements wrote has its event; its target
-            // account as they wrote it (the rest of the event's state is a
-            // new payment's).
-            let written: Option<Option<String>> = conn
-                .prepare_cached("SELECT target_user_id FROM payments WHERE id = ?1")?
-                .query_row([&payment_id], |row| row.get(0))
-                .optional()?;
-            if let Some(target_user_id) = written {
-                super::group::push_event(OutboxEvent {
-                    payment_id: payment_id.clone(),
-                    kind: EventType::PaymentCreated.as_str(),
-                    at,
-                    origin: origin.clone(),
-                    status: None,
-                    date_completed: None,
-                    target_user_id,
-                    refund_payment_id: None,
-                });
-            }
+        if written(&rows) && super::group::endpoints_exist(conn)? {
+            super::group::push_event(OutboxEvent {
+                payment_id: payment_id.clone(),
+                kind: EventType::PaymentCreated.as_str(),
+                at,
+                origin: origin.clone(),
+                status: None,
+                date_completed: None,
+                target_user_id: target_user_id.clone(),
+                refund_payment_id: None,
+            });
         }
         Ok(rows)
     })
+}
+
+/// Whether a new payment's statements wrote it: as [`recorded`] reads their
+/// rows, the last one holds the actor's balance after the payment, NULL (or
+/// no row) when nothing was written.
+fn written(rows: &[Row]) -> bool {
+    rows.last()
+        .and_then(|row| row.first())
+        .is_some_and(|balance| *balance != Value::Null)
 }
 
 /// What a new payment's statements' rows say (see `Recorded::from_last_row`).
