@@ -3,6 +3,7 @@ use super::pool::{
     check_after_trouble, connections_per_core, BatchFuture, Lease, Lender, RevocationEpoch,
 };
 use super::user_reads::{user_with_friends_count_columns, ReadUsers, UserReads};
+use super::webhooks::{postgres_links, route_deliveries, route_origins, route_origins_where};
 use super::*;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{PgPool, Postgres, Transaction};
@@ -290,18 +291,9 @@ macro_rules! outbox_events {
 
 /// Routing an outbox row (see `WebhookStore::route_events`): the origins
 /// its events carry, then their deliveries.
-const ROUTE_ORIGINS_SQL: &str = concat!(
-    super::webhooks::route_origins!(),
-    outbox_events!(),
-    super::webhooks::route_origins_where!()
-);
-const ROUTE_DELIVERIES_SQL: &str = concat!(
-    super::webhooks::route_deliveries!(),
-    outbox_events!(),
-    " JOIN payments p ON p.id = c.payment_id",
-    super::webhooks::postgres_links!(),
-    " ON CONFLICT DO NOTHING"
-);
+const ROUTE_ORIGINS_SQL: &str = concat!(route_origins!(), outbox_events!(), route_origins_where!());
+const ROUTE_DELIVERIES_SQL: &str =
+    concat!(route_deliveries!(), outbox_events!(), postgres_links!());
 
 /// A new payment's movement, one statement (see payments.rs).
 const HOLD_SQL: &str = super::payments::PG_HOLD_SQL;

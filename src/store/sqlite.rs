@@ -1,5 +1,6 @@
 use super::pool::{connections_per_core, Lease, Lender, RevocationEpoch};
 use super::user_reads::{user_with_friends_count_columns, ReadUsers, UserReads};
+use super::webhooks::{route_deliveries, route_origins, route_origins_where, sqlite_links};
 use super::*;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{Connection, Sqlite, SqlitePool, Transaction};
@@ -576,18 +577,8 @@ macro_rules! outbox_events {
 
 /// Routing an outbox row (see `WebhookStore::route_events`): the origins
 /// its events carry, then their deliveries.
-const ROUTE_ORIGINS_SQL: &str = concat!(
-    super::webhooks::route_origins!(),
-    outbox_events!(),
-    super::webhooks::route_origins_where!()
-);
-const ROUTE_DELIVERIES_SQL: &str = concat!(
-    super::webhooks::route_deliveries!(),
-    outbox_events!(),
-    " JOIN payments p ON p.id = c.payment_id",
-    super::webhooks::sqlite_links!(),
-    " ON CONFLICT DO NOTHING"
-);
+const ROUTE_ORIGINS_SQL: &str = concat!(route_origins!(), outbox_events!(), route_origins_where!());
+const ROUTE_DELIVERIES_SQL: &str = concat!(route_deliveries!(), outbox_events!(), sqlite_links!());
 
 /// A new payment's statements, sent to the writer at once (see payments.rs).
 const HOLD_SQL: &str = super::payments::SQLITE_HOLD_SQL;

@@ -139,8 +139,8 @@ pub struct OutboxEvent {
 
 /// The deliveries of the payment events of one outbox row (`$1`, its JSON
 /// array), each backend's statement being this, its `outbox_events!` (the
-/// array read as a table `c` of [`OutboxEvent`]'s fields), `JOIN payments p
-/// ON p.id = c.payment_id`, its links, and `ON CONFLICT DO NOTHING`: one row
+/// array read as a table `c` of [`OutboxEvent`]'s fields) and its links
+/// (`sqlite_links!`, `postgres_links!`, which join the payment): one row
 /// per event and endpoint that is enabled, wants the type, and whose app the
 /// payment is linked to: it was made through the app (`payment_origins`,
 /// which `route_origins!` fills from the events first), or one of its
@@ -166,7 +166,8 @@ pub(crate) use route_deliveries;
 /// every run).
 macro_rules! sqlite_links {
     () => {
-        " JOIN webhook_endpoints e ON e.disabled_at IS NULL \
+        " JOIN payments p ON p.id = c.payment_id \
+        JOIN webhook_endpoints e ON e.disabled_at IS NULL \
           AND (e.events = '*' OR e.events LIKE '%,' || c.type || ',%') \
         WHERE EXISTS (SELECT 1 FROM payment_origins o \
               WHERE o.payment_id = p.id AND o.client_id = e.client_id) \
@@ -179,7 +180,8 @@ macro_rules! sqlite_links {
               WHERE g.user_id = p.target_user_id AND g.client_id = e.client_id \
                 AND g.revoked_at IS NULL \
                 AND (' ' || g.scopes || ' ' LIKE '% access_profile %' \
-                  OR ' ' || g.scopes || ' ' LIKE '% access_payment_history %'))"
+                  OR ' ' || g.scopes || ' ' LIKE '% access_payment_history %')) \
+        ON CONFLICT DO NOTHING"
     };
 }
 pub(crate) use sqlite_links;
@@ -189,7 +191,8 @@ pub(crate) use sqlite_links;
 /// `payment_origins` at every run, decision 019).
 macro_rules! postgres_links {
     () => {
-        " CROSS JOIN LATERAL ( \
+        " JOIN payments p ON p.id = c.payment_id \
+        CROSS JOIN LATERAL ( \
             SELECT o.client_id FROM payment_origins o WHERE o.payment_id = p.id \
             UNION \
             SELECT g.client_id FROM oauth_grants g \
@@ -198,7 +201,8 @@ macro_rules! postgres_links {
                   OR ' ' || g.scopes || ' ' LIKE '% access_payment_history %') \
         ) AS linked (client_id) \
         JOIN webhook_endpoints e ON e.client_id = linked.client_id AND e.disabled_at IS NULL \
-          AND (e.events = '*' OR e.events LIKE '%,' || c.type || ',%')"
+          AND (e.events = '*' OR e.events LIKE '%,' || c.type || ',%') \
+        ON CONFLICT DO NOTHING"
     };
 }
 pub(crate) use postgres_links;
