@@ -4,7 +4,7 @@
 use clap::{Args, Parser, Subcommand};
 use std::process::ExitCode;
 use tally::admin::cli::{self as admin, Command as Admin};
-use tally::admin::{AppAdd, UserAdd};
+use tally::admin::{AppAdd, UserAdd, WebhookCommand};
 use tally::config::Settings;
 use tally::{startup, telemetry};
 
@@ -117,61 +117,6 @@ enum AppCommand {
     Webhook(WebhookCommand),
 }
 
-#[derive(Subcommand)]
-enum WebhookCommand {
-    /// Add an endpoint; prints its signing secret (shown once).
-    Add {
-        client_id: String,
-        url: String,
-        /// The events it wants, comma-separated (by default every one).
-        #[arg(long)]
-        events: Option<String>,
-    },
-    /// List the app's endpoints and their recent deliveries (never a secret).
-    List { client_id: String },
-    /// Give an endpoint a new secret; the old one signs beside it for 24 hours.
-    Rotate {
-        client_id: String,
-        endpoint_id: String,
-    },
-    /// Delete an endpoint.
-    Remove {
-        client_id: String,
-        endpoint_id: String,
-    },
-}
-
-impl From<WebhookCommand> for tally::admin::WebhookCommand {
-    fn from(command: WebhookCommand) -> Self {
-        match command {
-            WebhookCommand::Add {
-                client_id,
-                url,
-                events,
-            } => Self::Add {
-                client_id,
-                url,
-                events,
-            },
-            WebhookCommand::List { client_id } => Self::List(client_id),
-            WebhookCommand::Rotate {
-                client_id,
-                endpoint_id,
-            } => Self::Rotate {
-                client_id,
-                endpoint_id,
-            },
-            WebhookCommand::Remove {
-                client_id,
-                endpoint_id,
-            } => Self::Remove {
-                client_id,
-                endpoint_id,
-            },
-        }
-    }
-}
-
 #[derive(Args)]
 #[command(group(clap::ArgGroup::new("setting").required(true).multiple(true)))]
 struct AppSet {
@@ -227,7 +172,7 @@ impl From<AdminCommand> for Admin {
                 Admin::AppUnsuspend(client_id)
             }
             AdminCommand::App(AppCommand::Set(set)) => Admin::AppSet(set.into()),
-            AdminCommand::App(AppCommand::Webhook(command)) => Admin::Webhook(command.into()),
+            AdminCommand::App(AppCommand::Webhook(command)) => Admin::Webhook(command),
             AdminCommand::Deposit { username, amount } => Admin::Deposit { username, amount },
             AdminCommand::Friend(FriendCommand::Add { first, second }) => {
                 Admin::FriendAdd(first, second)

@@ -192,7 +192,7 @@ async fn webhook(
                 )
             })
         }
-        WebhookCommand::List(client_id) => {
+        WebhookCommand::List { client_id } => {
             report(json, super::webhook_list(store, &client_id).await, |l| {
                 l.endpoints
                     .iter()

@@ -8,19 +8,26 @@ use crate::webhooks::endpoints::{self, Added, EndpointView, Rotated, WebhookErro
 use secrecy::SecretString;
 use serde::Serialize;
 
-/// A webhook command, as the command line gives it.
+// A webhook command, as the command line gives it (`admin app webhook …`).
+// (A `//` comment: clap would show a doc comment as the command's help.)
+#[derive(Debug, Clone, clap::Subcommand)]
 pub enum WebhookCommand {
+    /// Add an endpoint; prints its signing secret (shown once).
     Add {
         client_id: String,
         url: String,
-        /// Comma-separated event names; none: every event.
+        /// The events it wants, comma-separated (by default every one).
+        #[arg(long)]
         events: Option<String>,
     },
-    List(String),
+    /// List the app's endpoints and their recent deliveries (never a secret).
+    List { client_id: String },
+    /// Give an endpoint a new secret; the old one signs beside it for 24 hours.
     Rotate {
         client_id: String,
         endpoint_id: String,
     },
+    /// Delete an endpoint.
     Remove {
         client_id: String,
         endpoint_id: String,

@@ -177,15 +177,7 @@ impl queries::Backend for PgStore {
             ..
         } = recorded
         {
-            let p = &insert.payment;
-            Self::payment_events(
-                &mut tx,
-                &p.id,
-                crate::domain::EventType::PaymentCreated,
-                p.date_created,
-                insert.origin.as_deref(),
-            )
-            .await?;
+            Self::created_event(&mut tx, insert).await?;
         }
         tx.commit().await?;
         Ok(recorded)

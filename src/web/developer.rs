@@ -11,11 +11,13 @@ use crate::oauth::clients::{self, AppDetails, AppDetailsError};
 use crate::oauth::credentials::{self, CredentialKind};
 use crate::oauth::keys::IdTokenAlg;
 use crate::oauth::tokens;
-use crate::state::AppState;
 use crate::store::{App, AppUpdate, User};
+use actix_web::dev::Payload;
 use actix_web::http::StatusCode;
+use actix_web::FromRequest;
 use actix_web::{HttpRequest, HttpResponse};
 use askama::Template;
+use futures_util::future::LocalBoxFuture;
 use secrecy::ExposeSecret;
 use serde::Deserialize;
 
@@ -185,13 +187,35 @@ fn app_path(client_id: &str) -> String {
     format!("/developer/apps/{client_id}")
 }
 
-/// The user's own app, or a 404 page: another person's app looks like none.
-async fn own_app(state: &AppState, user: &User, client_id: &str) -> Result<App, PageError> {
-    match state.store.find_app(client_id).await? {
-        Some(app) if app.owner_id == user.id => Ok(app),
-        _ => Err(PageError::NotFound(
-            "There is no such app among yours.".to_owned(),
-        )),
+/// The page for an app that is not the user's: another person's app looks
+/// like none.
+fn not_yours() -> PageError {
+    PageError::NotFound("There is no such app among yours.".to_owned())
+}
+
+/// The developer's own app named in the path (`/developer/apps/{client_id}…`),
+/// or a 404 page.
+pub struct OwnApp {
+    pub user: User,
+    pub app: App,
+}
+
+impl FromRequest for OwnApp {
+    type Error = PageError;
+    type Future = LocalBoxFuture<'static, Result<Self, PageError>>;
+
+    fn from_request(req: &HttpRequest, payload: &mut Payload) -> Self::Future {
+        let client_id = PathId::from_request(req, payload);
+        let developer = Developer::from_request(req, payload);
+        let state = session::state_of(req);
+        Box::pin(async move {
+            let PathId(client_id) = client_id.await?;
+            let Developer(user) = developer.await?;
+            match state?.store.find_app(&client_id).await? {
+                Some(app) if app.owner_id == user.id => Ok(Self { user, app }),
+                _ => Err(not_yours()),
+            }
+        })
     }
 }
 
@@ -213,10 +237,8 @@ struct AppPage {
 pub async fn show_app(
     req: HttpRequest,
     Page { state, session }: Page,
-    PathId(client_id): PathId,
-    Developer(user): Developer,
+    OwnApp { user, app }: OwnApp,
 ) -> Result<HttpResponse, PageError> {
-    let app = own_app(&state, &user, &client_id).await?;
     let form = forms::take(&session, EDIT_APP_FORM).unwrap_or_else(|| {
         forms::FormState::with_values(&[
             ("name", app.name.as_str()),
@@ -281,7 +303,7 @@ pub async fn update_app(
             },
         )
         .await?
-        .ok_or_else(|| PageError::NotFound("There is no such app among yours.".to_owned()))?;
+        .ok_or_else(not_yours)?;
     session::flash(&session, &format!("{} is saved.", updated.name));
     Ok(see_other(&app_path(&client_id)))
 }
@@ -295,10 +317,8 @@ pub struct IdTokenAlgForm {
 pub async fn set_id_token_alg(
     Page { state, session }: Page,
     form: PageForm<IdTokenAlgForm>,
-    PathId(client_id): PathId,
-    Developer(user): Developer,
+    OwnApp { app, .. }: OwnApp,
 ) -> Result<HttpResponse, PageError> {
-    let app = own_app(&state, &user, &client_id).await?;
     let Some(alg) = form
         .into_checked()
         .ok()
@@ -316,7 +336,10 @@ pub async fn set_id_token_alg(
         &session,
         &format!("{}'s ID tokens are now signed {}.", app.name, alg.as_str()),
     );
-    Ok(see_other(&format!("{}#id-tokens", app_path(&client_id))))
+    Ok(see_other(&format!(
+        "{}#id-tokens",
+        app_path(&app.client_id)
+    )))
 }
 
 /// A new client secret, shown once; the old one stops working at once.
@@ -332,9 +355,7 @@ pub async fn rotate_secret(
         .replace_app_secret(&user.id, &client_id, &secret.digest)
         .await?;
     if !replaced {
-        return Err(PageError::NotFound(
-            "There is no such app among yours.".to_owned(),
-        ));
+        return Err(not_yours());
     }
     reveal::show_once(
         &state,

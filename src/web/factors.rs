@@ -5,7 +5,7 @@
 
 use super::forms::{FormFields, FormState, PageForm};
 use super::reveal;
-use super::session::{self, Page, SignedIn};
+use super::session::{self, state_of, Page, SignedIn};
 use super::signin::{client_ip, requester};
 use super::view::{page, see_other, PageError};
 use crate::auth::factors::{self, CodeCheck, CodeKind};
@@ -16,7 +16,7 @@ use crate::store::{Factors, User, UserKey};
 use actix_session::{Session, SessionExt};
 use actix_web::dev::Payload;
 use actix_web::http::StatusCode;
-use actix_web::{web, FromRequest, HttpMessage, HttpRequest, HttpResponse};
+use actix_web::{FromRequest, HttpMessage, HttpRequest, HttpResponse};
 use askama::Template;
 use futures_util::future::LocalBoxFuture;
 use serde::Deserialize;
@@ -41,12 +41,6 @@ struct SecondFactorPage {
     passkeys: bool,
     /// `second_factor` (sign-in) or `step_up`, for the script.
     passkey_mode: &'static str,
-}
-
-fn state_of(req: &HttpRequest) -> Result<web::Data<AppState>, PageError> {
-    req.app_data::<web::Data<AppState>>()
-        .cloned()
-        .ok_or_else(|| PageError::Unexpected(anyhow::anyhow!("no application state")))
 }
 
 /// Whether passkeys are offered on this deployment (a host name, not an IP

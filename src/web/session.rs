@@ -314,12 +314,17 @@ pub fn safe_return_to(value: Option<&str>) -> String {
     }
 }
 
+/// The application state, for an extractor.
+pub(super) fn state_of(req: &HttpRequest) -> Result<web::Data<AppState>, PageError> {
+    req.app_data::<web::Data<AppState>>()
+        .cloned()
+        .ok_or_else(|| PageError::Unexpected(anyhow::anyhow!("no application state")))
+}
+
 /// The signed-in user of a request, if any.
 async fn user_of(req: HttpRequest) -> Result<Option<User>, PageError> {
-    let state = req
-        .app_data::<web::Data<AppState>>()
-        .ok_or_else(|| PageError::Unexpected(anyhow::anyhow!("no application state")))?;
-    current_user(state, &req.get_session()).await
+    let state = state_of(&req)?;
+    current_user(&state, &req.get_session()).await
 }
 
 /// Where signing in leads back to: a page itself, or, for a form, the page the

@@ -2,9 +2,10 @@
 //! recent deliveries, adding one (its secret shown once), rotating its
 //! secret, removing it, sending a test event and resending an event.
 
-use super::forms::{PageForm, PathId};
+use super::developer::OwnApp;
+use super::forms::PageForm;
 use super::reveal::{self, OnceSecret};
-use super::session::{self, Developer, Page};
+use super::session::{self, Page};
 use super::view::{page, see_other, PageError};
 use crate::domain::{now_micros, EventType};
 use crate::state::AppState;
@@ -39,16 +40,6 @@ fn reveal_owner(client_id: &str) -> String {
     format!("webhook:{client_id}")
 }
 
-/// The user's own app's name, or a 404 page: another person's app looks like none.
-async fn own_app(state: &AppState, user: &User, client_id: &str) -> Result<String, PageError> {
-    match state.store.find_app(client_id).await? {
-        Some(app) if app.owner_id == user.id => Ok(app.name),
-        _ => Err(PageError::NotFound(
-            "There is no such app among yours.".to_owned(),
-        )),
-    }
-}
-
 /// A refusal of the webhook rules, worded for the page.
 fn refused(error: WebhookError) -> PageError {
     match error {
@@ -61,16 +52,8 @@ fn refused(error: WebhookError) -> PageError {
     }
 }
 
-/// The form of a change to an app's endpoints, once the app is found to be
-/// the user's own (else a 404 page); `unreadable` when the form is not.
-async fn own_app_form<T>(
-    state: &AppState,
-    user: &User,
-    client_id: &str,
-    form: PageForm<T>,
-    unreadable: &str,
-) -> Result<T, PageError> {
-    own_app(state, user, client_id).await?;
+/// A form of a change to an app's endpoints, or a 400 page saying `unreadable`.
+fn checked<T>(form: PageForm<T>, unreadable: &str) -> Result<T, PageError> {
     form.into_checked()
         .map_err(|_| PageError::BadRequest(unreadable.to_owned()))
 }
@@ -105,23 +88,28 @@ fn done(session: &actix_session::Session, client_id: &str, done: &str) -> HttpRe
 pub async fn show(
     req: HttpRequest,
     Page { state, session }: Page,
-    PathId(client_id): PathId,
-    Developer(user): Developer,
+    OwnApp { user, app }: OwnApp,
 ) -> Result<HttpResponse, PageError> {
-    let app_name = own_app(&state, &user, &client_id).await?;
-    let endpoints = endpoints::list(state.store.as_ref(), &client_id)
+    let endpoints = endpoints::list(state.store.as_ref(), &app.client_id)
         .await
         .map_err(refused)?;
     let template = WebhooksPage {
         csrf_token: session::csrf_token(&session)?,
         notice: session::take_flash(&session),
-        secret: reveal::take(&req, &state, &session, &user.id, &reveal_owner(&client_id)).await?,
+        secret: reveal::take(
+            &req,
+            &state,
+            &session,
+            &user.id,
+            &reveal_owner(&app.client_id),
+        )
+        .await?,
         username: user.username,
-        app_name,
+        app_name: app.name,
         endpoints,
         event_types: EventType::ALL.iter().map(|e| e.as_str()).collect(),
         allow_http: state.settings.webhook_allow_private,
-        client_id,
+        client_id: app.client_id,
     };
     page(StatusCode::OK, &template)
 }
@@ -167,21 +155,14 @@ pub async fn add(
     Page { state, session }: Page,
     _: super::factors::SteppedUp,
     form: PageForm<AddForm>,
-    PathId(client_id): PathId,
-    Developer(user): Developer,
+    OwnApp { user, app }: OwnApp,
 ) -> Result<HttpResponse, PageError> {
-    let form = own_app_form(
-        &state,
-        &user,
-        &client_id,
-        form,
-        "The form could not be read.",
-    )
-    .await?;
+    let form = checked(form, "The form could not be read.")?;
+    let client_id = &app.client_id;
     let added = endpoints::add(
         state.store.as_ref(),
         &state.secret_key,
-        &client_id,
+        client_id,
         &form.url,
         Some(&form.events()),
         state.settings.webhook_allow_private,
@@ -190,9 +171,9 @@ pub async fn add(
     .await
     .map_err(refused)?;
     let label = "endpoint signing secret";
-    show_secret(&state, &session, &user, &client_id, label, &added.secret).await?;
+    show_secret(&state, &session, &user, client_id, label, &added.secret).await?;
     let message = format!("Events now go to {}.", added.url);
-    Ok(done(&session, &client_id, &message))
+    Ok(done(&session, client_id, &message))
 }
 
 #[derive(Deserialize)]
@@ -204,58 +185,56 @@ pub async fn rotate(
     Page { state, session }: Page,
     _: super::factors::SteppedUp,
     form: PageForm<EndpointForm>,
-    PathId(client_id): PathId,
-    Developer(user): Developer,
+    OwnApp { user, app }: OwnApp,
 ) -> Result<HttpResponse, PageError> {
-    let form = own_app_form(&state, &user, &client_id, form, "Choose an endpoint.").await?;
+    let form = checked(form, "Choose an endpoint.")?;
+    let client_id = &app.client_id;
     let rotated = endpoints::rotate(
         state.store.as_ref(),
         &state.secret_key,
-        &client_id,
+        client_id,
         &form.endpoint_id,
         now_micros(),
     )
     .await
     .map_err(refused)?;
     let label = "new endpoint signing secret";
-    show_secret(&state, &session, &user, &client_id, label, &rotated.secret).await?;
+    show_secret(&state, &session, &user, client_id, label, &rotated.secret).await?;
     let message = format!(
         "The endpoint has a new secret; the previous one also signs until {}.",
         rotated.previous_signs_until
     );
-    Ok(done(&session, &client_id, &message))
+    Ok(done(&session, client_id, &message))
 }
 
 pub async fn remove(
     Page { state, session }: Page,
     form: PageForm<EndpointForm>,
-    PathId(client_id): PathId,
-    Developer(user): Developer,
+    OwnApp { app, .. }: OwnApp,
 ) -> Result<HttpResponse, PageError> {
-    let form = own_app_form(&state, &user, &client_id, form, "Choose an endpoint.").await?;
-    endpoints::remove(state.store.as_ref(), &client_id, &form.endpoint_id)
+    let form = checked(form, "Choose an endpoint.")?;
+    endpoints::remove(state.store.as_ref(), &app.client_id, &form.endpoint_id)
         .await
         .map_err(refused)?;
-    Ok(done(&session, &client_id, "The endpoint is removed."))
+    Ok(done(&session, &app.client_id, "The endpoint is removed."))
 }
 
 pub async fn test(
     Page { state, session }: Page,
     form: PageForm<EndpointForm>,
-    PathId(client_id): PathId,
-    Developer(user): Developer,
+    OwnApp { app, .. }: OwnApp,
 ) -> Result<HttpResponse, PageError> {
-    let form = own_app_form(&state, &user, &client_id, form, "Choose an endpoint.").await?;
+    let form = checked(form, "Choose an endpoint.")?;
     let event_id = endpoints::send_test(
         state.store.as_ref(),
-        &client_id,
+        &app.client_id,
         &form.endpoint_id,
         now_micros(),
     )
     .await
     .map_err(refused)?;
     let message = format!("A test event ({event_id}) is on its way.");
-    Ok(done(&session, &client_id, &message))
+    Ok(done(&session, &app.client_id, &message))
 }
 
 #[derive(Deserialize)]
@@ -267,13 +246,12 @@ pub struct ResendForm {
 pub async fn resend(
     Page { state, session }: Page,
     form: PageForm<ResendForm>,
-    PathId(client_id): PathId,
-    Developer(user): Developer,
+    OwnApp { app, .. }: OwnApp,
 ) -> Result<HttpResponse, PageError> {
-    let form = own_app_form(&state, &user, &client_id, form, "Choose an event.").await?;
+    let form = checked(form, "Choose an event.")?;
     endpoints::resend(
         state.store.as_ref(),
-        &client_id,
+        &app.client_id,
         &form.endpoint_id,
         &form.event_id,
         now_micros(),
@@ -281,5 +259,5 @@ pub async fn resend(
     .await
     .map_err(refused)?;
     let message = format!("{} is sent again.", form.event_id);
-    Ok(done(&session, &client_id, &message))
+    Ok(done(&session, &app.client_id, &message))
 }

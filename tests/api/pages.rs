@@ -570,8 +570,20 @@ async fn another_persons_app_cannot_be_seen_or_changed(backend: Backend) {
         browser.post(&format!("{path}/secret"), &csrf).await.status,
         404
     );
+    // Its ID-token algorithm and webhooks are as out of reach.
+    let mut alg = csrf.clone();
+    set(&mut alg, "id_token_alg", "ES256");
+    let alg_path = format!("{path}/id-token-alg");
+    assert_eq!(browser.post(&alg_path, &alg).await.status, 404);
+    assert_eq!(browser.get(&format!("{path}/webhooks")).await.status, 404);
+    let mut endpoint = csrf.clone();
+    set(&mut endpoint, "endpoint_id", "whk_none");
+    let remove_path = format!("{path}/webhooks/remove");
+    assert_eq!(browser.post(&remove_path, &endpoint).await.status, 404);
     let stored = app.store.find_app(&owner.client_id).await.unwrap().unwrap();
     assert_eq!(stored.name, "Splitter");
+    let stored_alg = app.store.id_token_alg(&owner.client_id).await.unwrap();
+    assert_ne!(stored_alg.as_deref(), Some("ES256"));
 }
 
 async fn with_closed_developer_signup_no_app_is_created_and_old_ones_keep_working(

@@ -298,14 +298,7 @@ impl PaymentStore for ThisStore {
             tx.rollback().await?;
             return Ok(outcome(recorded));
         };
-        Self::payment_events(
-            &mut tx,
-            &p.id,
-            crate::domain::EventType::PaymentCreated,
-            p.date_created,
-            insert.origin.as_deref(),
-        )
-        .await?;
+        Self::created_event(&mut tx, insert).await?;
         sqlx::query(
             "UPDATE idempotency_keys SET payment_id = $3, balance_cents = $4 \
              WHERE owner_id = $1 AND key = $2",

@@ -117,6 +117,16 @@ impl ThisStore {
         Ok(())
     }
 
+    /// A new payment's `payment.created` event, in the transaction that wrote it.
+    pub(crate) async fn created_event(
+        tx: &mut sqlx::Transaction<'static, Db>,
+        insert: &crate::store::PaymentInsert,
+    ) -> Result<(), StoreError> {
+        let p = &insert.payment;
+        let kind = crate::domain::EventType::PaymentCreated;
+        Self::payment_events(tx, &p.id, kind, p.date_created, insert.origin.as_deref()).await
+    }
+
     /// Writes a `grant.revoked` event's deliveries in the revocation's
     /// transaction.
     pub(crate) async fn grant_revoked_event(
