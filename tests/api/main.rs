@@ -33,6 +33,7 @@ mod pages_guard;
 mod pages_hardening;
 mod passkeys;
 mod payments_api;
+mod postgres_plans;
 mod real_browser;
 mod real_browser_factors;
 mod second_factor;
