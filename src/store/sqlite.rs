@@ -54,6 +54,16 @@ pub struct SqliteStore {
 
 impl SqliteStore {
     pub async fn connect(url: &str) -> Result<Self, StoreError> {
+        let page_limit_file = std::env::var_os(PAGE_LIMIT_FILE_VARIABLE).map(PathBuf::from);
+        Self::connect_with_page_limit(url, page_limit_file).await
+    }
+
+    /// [`Self::connect`] with the page-limit test hook's file given, not read
+    /// from [`PAGE_LIMIT_FILE_VARIABLE`].
+    async fn connect_with_page_limit(
+        url: &str,
+        page_limit_file: Option<PathBuf>,
+    ) -> Result<Self, StoreError> {
         let options = SqliteConnectOptions::from_str(url)?
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
@@ -136,7 +146,6 @@ impl SqliteStore {
             .acquire_timeout(Duration::from_secs(10))
             .connect_with(options)
             .await?;
-        let page_limit_file = std::env::var_os(PAGE_LIMIT_FILE_VARIABLE).map(PathBuf::from);
         let wal_restart = Arc::new(WalRestart::default());
         let group_writer = Arc::new(
             GroupWriter::start(
@@ -192,7 +201,7 @@ impl queries::Backend for SqliteStore {
     }
 
     /// Ready when a reader answers and the writer can write: it was not just
-    /// found broken and, when it is free within [`READINESS_WRITER_WAIT`], it
+    /// found broken (nor a write refused for room) and, when it is free within [`READINESS_WRITER_WAIT`], it
     /// can take the write lock and room for a row (the probe is rolled back).
     /// A writer busy for all that wait is working, so readiness never queues
     /// long behind the writes it would slow down.
@@ -828,6 +837,47 @@ mod tests {
             tx.commit().await?;
         }
         assert!(store.health.failed_recently());
+        assert!(store.ready().await.is_err());
+        Ok(())
+    }
+
+    /// A write refused for want of room fails readiness at once, even while
+    /// the writer is too busy for readiness to probe it (as under load, when
+    /// a settlement round holds it past the wait).
+    #[tokio::test]
+    async fn a_write_refused_on_a_full_disk_fails_readiness_while_the_writer_is_busy(
+    ) -> anyhow::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let url = format!("sqlite://{}", dir.path().join("tally.db").display());
+        let limit = dir.path().join("page-limit");
+        let store = SqliteStore::connect_with_page_limit(&url, Some(limit.clone())).await?;
+        store.run_migrations().await?;
+        store.ready().await?;
+        // "The disk is full": no page beyond the database's present size.
+        std::fs::write(&limit, "1")?;
+        // Small rows, as pays are: SQLite refuses the one that needs a new
+        // page and keeps the transaction, so the group commits without it.
+        let mut refused = Ok(Vec::new());
+        for n in 0..1000 {
+            refused = store
+                .group_writer
+                .write(GroupWrite::statements(
+                    "SAVEPOINT write; \
+                     INSERT INTO server_settings (key, value) \
+                     VALUES ($1 || ' a', hex(randomblob(100))), ($1 || ' b', hex(randomblob(100))); \
+                     RELEASE write",
+                    vec![format!("row {n}").into()],
+                ))
+                .await;
+            if refused.is_err() {
+                break;
+            }
+        }
+        assert!(
+            matches!(refused, Err(StoreError::Unavailable(_))),
+            "{refused:?}"
+        );
+        let _busy = store.writer.acquire().await?;
         assert!(store.ready().await.is_err());
         Ok(())
     }

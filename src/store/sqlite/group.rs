@@ -280,6 +280,15 @@ impl GroupThread {
         let failure = write_group(conn, self.page_limit_file.as_deref(), jobs, answers);
         if let Some(error) = &failure {
             self.after_failure(is_busy(error));
+        } else if answers
+            .iter()
+            .any(|(_, result)| matches!(result, Err(StoreError::Unavailable(_))))
+        {
+            // A write refused for a cause outside it (a full disk, an I/O
+            // error) while the others committed: the next may be refused too,
+            // and readiness must say so even when it finds the writer too busy
+            // to probe.
+            self.health.failed();
         }
         failure
     }

@@ -15,7 +15,8 @@ const NO_PAGE_LIMIT: u32 = 4_294_967_294;
 /// How long readiness reports a writer that was found broken.
 const WRITER_FAILURE_SHOWN_FOR: Duration = Duration::from_secs(5);
 
-/// When the writer last had to be replaced after a failed transaction.
+/// When a writer was last found failing: replaced after a failed
+/// transaction, or a write of a committed group refused (a full disk).
 #[derive(Default)]
 pub(super) struct WriterHealth {
     failed_at: Mutex<Option<Instant>>,
