@@ -201,8 +201,9 @@ impl queries::Backend for SqliteStore {
     }
 
     /// Ready when a reader answers and the writer can write: it was not just
-    /// found broken (nor a write refused for room) and, when it is free within [`READINESS_WRITER_WAIT`], it
-    /// can take the write lock and room for a row (the probe is rolled back).
+    /// found broken (nor a write refused for room) and, when it is free
+    /// within [`READINESS_WRITER_WAIT`], it can take the write lock and room
+    /// for a row (the probe is rolled back).
     /// A writer busy for all that wait is working, so readiness never queues
     /// long behind the writes it would slow down.
     async fn ready(&self) -> Result<(), StoreError> {
