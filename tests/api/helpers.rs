@@ -394,9 +394,23 @@ impl ServeProcess {
     }
 }
 
+/// How much of its server's log a failing test prints.
+const LOG_LINES_ON_FAILURE: usize = 300;
+
 impl Drop for ServeProcess {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        // A test that fails shows what its server logged up to the failure,
+        // so a rare failure on a loaded machine says why.
+        if std::thread::panicking() {
+            let log = self.log();
+            let lines: Vec<&str> = log.lines().collect();
+            let tail = &lines[lines.len().saturating_sub(LOG_LINES_ON_FAILURE)..];
+            eprintln!("the server's log, its last {} lines:", tail.len());
+            for line in tail {
+                eprintln!("{line}");
+            }
+        }
     }
 }
