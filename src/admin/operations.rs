@@ -46,6 +46,7 @@ impl From<StoreError> for AdminError {
         match error {
             StoreError::Conflict(field) => Self::Conflict(format!("{field} is already taken")),
             StoreError::NotFound(what) => Self::Invalid(format!("no such {what}")),
+            StoreError::Unsupported(instead) => Self::Invalid(instead.to_owned()),
             StoreError::Unavailable(e) => Self::Unavailable(e.to_string()),
             StoreError::Unexpected(e) => Self::Unexpected(e),
         }
@@ -356,13 +357,7 @@ pub async fn backup(store: &dyn Store, path: &std::path::Path) -> Result<BackedU
     let text = path
         .to_str()
         .ok_or_else(|| AdminError::Invalid("the backup path must be valid UTF-8".to_owned()))?;
-    if store.backup_into(text).await?.is_none() {
-        return Err(AdminError::Invalid(
-            "tally admin backup copies an SQLite database; back up PostgreSQL with pg_dump \
-             (or your provider's backups)"
-                .to_owned(),
-        ));
-    }
+    store.backup_into(text).await?;
     let written = |e: std::io::Error| {
         AdminError::Unexpected(anyhow::Error::new(e).context("the backup was not written"))
     };

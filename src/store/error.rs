@@ -5,6 +5,10 @@ pub enum StoreError {
     Conflict(&'static str),
     #[error("no such {0}")]
     NotFound(&'static str),
+    /// This backend does not do what was asked; names the way that it does
+    /// instead (PostgreSQL has no `admin backup`: pg_dump does that).
+    #[error("not on this database: {0}")]
+    Unsupported(&'static str),
     /// The database cannot serve now but may soon: unreachable, full, locked past
     /// the busy timeout, or the connection was lost. The caller may retry later.
     #[error("the database is unavailable")]

@@ -128,8 +128,11 @@ impl queries::Backend for PgStore {
     }
 
     /// PostgreSQL has its own tools for this (pg_dump, base backups).
-    async fn copy_into(&self, _path: &str) -> Result<Option<()>, StoreError> {
-        Ok(None)
+    async fn copy_into(&self, _path: &str) -> Result<(), StoreError> {
+        Err(StoreError::Unsupported(
+            "tally admin backup copies an SQLite database; back up PostgreSQL with pg_dump \
+             (or your provider's backups)",
+        ))
     }
 
     /// `VACUUM FULL` writes the table anew and drops its old file, dead rows

@@ -238,12 +238,12 @@ impl queries::Backend for SqliteStore {
 
     /// `VACUUM INTO` reads one snapshot of the WAL on a reader, so writers go
     /// on; it refuses a file that exists and is not empty.
-    async fn copy_into(&self, path: &str) -> Result<Option<()>, StoreError> {
+    async fn copy_into(&self, path: &str) -> Result<(), StoreError> {
         sqlx::query("VACUUM INTO $1")
             .bind(path)
             .execute(&self.reader)
             .await?;
-        Ok(Some(()))
+        Ok(())
     }
 
     /// `VACUUM` writes every page of the database anew and drops the free

@@ -65,8 +65,8 @@ pub trait Store:
 
     /// Writes a consistent copy of the whole database to a new file at `path`
     /// while others keep reading and writing. SQLite only: a PostgreSQL store
-    /// answers `None` (back it up with pg_dump).
-    async fn backup_into(&self, path: &str) -> Result<Option<()>, StoreError>;
+    /// answers `Unsupported` (back it up with pg_dump).
+    async fn backup_into(&self, path: &str) -> Result<(), StoreError>;
 
     /// Changes whenever this store has committed a revocation of a token or
     /// grant, a suspension or an app secret change.

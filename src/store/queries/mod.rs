@@ -57,9 +57,9 @@ pub(super) trait Backend {
     async fn ready(&self) -> Result<(), StoreError>;
     /// Opens every pooled connection now; see `Store::open_all_connections`.
     async fn open_connections(&self) -> Result<(), StoreError>;
-    /// Writes a consistent copy of the database to `path`; `None` where the
-    /// backend has its own tools for that.
-    async fn copy_into(&self, path: &str) -> Result<Option<()>, StoreError>;
+    /// Writes a consistent copy of the database to `path`; `Unsupported`
+    /// where the backend has its own tools for that.
+    async fn copy_into(&self, path: &str) -> Result<(), StoreError>;
     /// Rewrites what holds deleted rows' bytes, so that no copy of the
     /// database made afterwards holds them (see `Store::forget_server_setting`).
     async fn erase_deleted(&self) -> Result<(), StoreError>;
@@ -260,7 +260,7 @@ impl Store for ThisStore {
         self.open_connections().await
     }
 
-    async fn backup_into(&self, path: &str) -> Result<Option<()>, StoreError> {
+    async fn backup_into(&self, path: &str) -> Result<(), StoreError> {
         self.copy_into(path).await
     }
 
