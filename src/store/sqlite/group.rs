@@ -415,8 +415,8 @@ pub(super) fn open(path: &std::path::Path) -> Result<rusqlite::Connection, rusql
 /// sleeps for [`LOCK_SPIN`], then a millisecond each. SQLite's own handler
 /// (`busy_timeout`) sleeps 1, 2, 5, 10 … ms, so a lock held for a
 /// millisecond (the delivery worker recording its attempts) cost the
-/// group thread 18 ms on average, every pay waiting behind it (decision
-/// 019).
+/// group thread many times that, every pay waiting behind it (decision 019
+/// has the measurement).
 fn lock_wait(attempt: i32) -> Option<std::time::Duration> {
     use std::time::Duration;
     const SHORT: Duration = Duration::from_micros(50);
